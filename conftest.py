@@ -1,0 +1,5 @@
+"""Root conftest: loads the suite's pytest plugin (implementation, backend, device and dtype
+selection, hypothesis profiles), which lives in invariants/plugin.py so that an installed
+copy gets it through the `pytest11` entry point too."""
+
+pytest_plugins = ["invariants.plugin"]

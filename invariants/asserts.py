@@ -1,0 +1,137 @@
+"""Named assertions with one grammar for failures: `<what>=<got>, but should be <expected> [<call>]`.
+
+A cheap vectorised test comes first; the per-element detail (mismatch count and share, the
+worst index, actual vs expected there, max abs and rel error, the tolerance) is computed only
+when it fails. Each helper raises InvariantViolation, an AssertionError the runner decorates
+with the invariant's statement, the example and the hint.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class InvariantViolation(AssertionError):
+    """An implementation broke an invariant; the message says what, where and by how much."""
+
+
+def _fmt(value):
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.9g}"
+    return repr(value)
+
+
+def _index(flat_index, shape):
+    return tuple(int(i) for i in np.unravel_index(flat_index, shape)) if shape else ()
+
+
+def _fail(what, got, expected, call, details=()):
+    suffix = f" [{call}]" if call else ""
+    lines = [f"{what}={got}, but should be {expected}{suffix}", *details]
+    raise InvariantViolation("\n".join(lines))
+
+
+def as_array(value, what, call=None):
+    """value as a numpy array; a tuple, dict or string where an array belongs is a violation."""
+    __tracebackhide__ = True
+    if isinstance(value, np.ndarray):
+        return value
+    _fail(f"type of {what}", type(value).__name__, "an array", call)
+
+
+def assert_shape(actual, shape, what, call=None):
+    """actual is an array of exactly `shape`."""
+    __tracebackhide__ = True
+    actual = as_array(actual, what, call)
+    if tuple(actual.shape) != tuple(shape):
+        _fail(f"shape of {what}", tuple(actual.shape), tuple(shape), call)
+    return actual
+
+
+def assert_finite(actual, what, call=None):
+    """Every element of actual is finite (no NaN, no ±inf)."""
+    __tracebackhide__ = True
+    actual = as_array(actual, what, call)
+    bad = ~np.isfinite(actual)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        _fail(
+            f"{what}[{', '.join(map(str, _index(first, actual.shape)))}]",
+            _fmt(actual.flat[first]),
+            "finite",
+            call,
+            [f"  {int(bad.sum())} of {actual.size} elements are not finite"],
+        )
+    return actual
+
+
+def _mismatch_details(actual, expected, mismatched, requirement):
+    a = actual.astype(np.float64, copy=False)
+    e = np.broadcast_to(np.asarray(expected, dtype=np.float64), a.shape)
+    abs_err = np.abs(a - e)
+    rel_err = abs_err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    score = np.where(np.isnan(abs_err), np.inf, abs_err)  # a NaN is the worst mismatch of all
+    worst = int(np.argmax(np.where(mismatched, score, -1.0)))
+    n_bad = int(mismatched.sum())
+    finite = np.isfinite(abs_err)
+    max_abs = float(abs_err[finite].max()) if finite.any() else float("nan")
+    max_rel = float(rel_err[finite].max()) if finite.any() else float("nan")
+    index = _index(worst, a.shape)
+    return [
+        f"  mismatched {n_bad} of {a.size} elements ({100 * n_bad / max(a.size, 1):.1f}%); {requirement}",
+        f"  worst at index {index}: got {_fmt(a.flat[worst])}, expected {_fmt(e.flat[worst])}",
+        f"  max abs error {max_abs:.3g}, max rel error {max_rel:.3g}",
+    ]
+
+
+def assert_equal(actual, expected, what, call=None):
+    """actual == expected elementwise, exactly (-0.0 == +0.0; NaN never equals anything)."""
+    __tracebackhide__ = True
+    actual = as_array(actual, what, call)
+    expected = np.asarray(expected)
+    if actual.shape != np.broadcast_shapes(actual.shape, expected.shape):
+        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call)
+    if np.array_equal(actual, np.broadcast_to(expected, actual.shape)):
+        return
+    mismatched = ~(actual == expected)
+    _fail(what, "different values", "exactly equal (bitwise, == per element)", call,
+          _mismatch_details(actual, expected, mismatched, "exact equality required"))
+
+
+def assert_close(actual, expected, what, tol, call=None):
+    """|actual - expected| <= tol.atol + tol.rtol·|expected| elementwise (a Tolerance); NaN fails."""
+    __tracebackhide__ = True
+    actual = as_array(actual, what, call)
+    expected = np.asarray(expected)
+    if actual.shape != np.broadcast_shapes(actual.shape, expected.shape):
+        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call)
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    ok = tol.allows(a, e)
+    if ok.all():
+        return
+    _fail(what, "values out of tolerance", f"close to the expected values within {tol}", call,
+          _mismatch_details(a, e, ~ok, f"tolerance {tol}"))
+
+
+def assert_where(condition, actual, what, expected, call=None):
+    """condition (a boolean array over actual) holds everywhere; `expected` describes it, e.g. '>= 0'."""
+    __tracebackhide__ = True
+    actual = as_array(actual, what, call)
+    condition = np.broadcast_to(np.asarray(condition, dtype=bool), actual.shape)
+    if condition.all():
+        return
+    bad = ~condition
+    first = int(np.flatnonzero(bad)[0])
+    index = _index(first, actual.shape)
+    _fail(f"{what}[{', '.join(map(str, index))}]", _fmt(actual.flat[first]), expected, call,
+          [f"  {int(bad.sum())} of {actual.size} elements violate it ({100 * bad.sum() / actual.size:.1f}%)"])
+
+
+def assert_value(actual, expected, what, call=None):
+    """A scalar answer (a count, a string, a verdict) equals the expected one exactly."""
+    __tracebackhide__ = True
+    got = actual.item() if isinstance(actual, np.ndarray) and actual.ndim == 0 else actual
+    if got != expected:
+        _fail(what, _fmt(got), _fmt(expected), call)

@@ -1,0 +1,174 @@
+"""Invariants of layer_norm and rms_norm: statistics, the exact scale law, shift, affine, row independence."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from invariants.asserts import assert_close, assert_equal, assert_shape
+from invariants.reference_check import assert_agrees_with_reference
+from invariants.registry import invariant
+from strategies.norms import gains_and_biases, norm_rows, scale_factors
+
+EPS = 1e-5
+
+
+def _exact_scaling(impl):
+    """Scaling by 2**k commutes with every rounding in float32/float64 on the CPU; fp16's eps is subnormal, CUDA may use rsqrt."""
+    return impl.device == "cpu" and impl.dtype in ("float32", "float64")
+
+
+def _plain(d):
+    return np.ones(d), np.zeros(d)  # gain 1, bias 0
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="the variance is not the population one (divide by d, not d - 1), or the mean is not subtracted per row",
+)
+def layer_norm_row_statistics(impl, case):
+    """Each output row of layer_norm has mean 0 and population variance σ²/(σ²+ε), σ² the row's input variance."""
+    x = case.draw(norm_rows(), "x")  # (rows, d)
+    g, b = _plain(x.shape[-1])
+    call = f"layer_norm(x, ones, zeros, {EPS})"
+    y = assert_shape(impl.layer_norm(x, g, b, EPS), x.shape, "layer_norm(x)", call)
+    var_in = impl.as_seen(x).var(axis=-1)  # (rows,)
+    tol = impl.tolerance.scaled(4).at_scale(1.0)  # statistics of d rounded values of unit size
+    assert_close(y.astype(np.float64).mean(axis=-1), 0.0, "row mean of layer_norm(x)", tol, call)
+    assert_close(y.astype(np.float64).var(axis=-1), var_in / (var_in + EPS), "row variance of layer_norm(x)", tol, call)
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="eps is added outside the square root (x̂ = (x - μ)/(σ + ε)) or the variance is unbiased; LN(c·x) = sign(c)·LN_{ε/c²}(x) holds only with ε inside √(σ² + ε)",
+)
+def layer_norm_scale_law(impl, case):
+    """layer_norm(c·x, eps) = sign(c)·layer_norm(x, eps/c²) for every c ≠ 0: bitwise when c is a power of two on the CPU in float32/64, to rounding otherwise."""
+    x = case.draw(norm_rows(), "x")
+    powers = case.draw(st.booleans(), "c is a power of two")
+    c = case.draw(scale_factors(powers_of_two=powers), "c")
+    g, b = _plain(x.shape[-1])
+    call = f"layer_norm(c·x, ones, zeros, {EPS}) vs sign(c)·layer_norm(x, ones, zeros, {EPS}/c²) with c={c!r}"
+    scaled = impl.layer_norm(c * x, g, b, EPS)
+    expected = np.sign(c) * impl.layer_norm(x, g, b, EPS / c**2)
+    if powers and _exact_scaling(impl):
+        assert_equal(scaled, expected, "layer_norm(c·x)", call)
+    else:
+        assert_close(scaled, expected, "layer_norm(c·x)", impl.tolerance.scaled(8), call)  # c·x is rounded once more
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="the mean is not subtracted, or it is taken over the wrong axis (batch or sequence instead of features)",
+)
+def layer_norm_shift_invariance(impl, case):
+    """Adding a constant to a row leaves its layer_norm unchanged: LN(x + c) = LN(x)."""
+    x = case.draw(norm_rows(max_offset=0.0), "x")  # rows centred, so x + c has a mean of c
+    shift = case.draw(st.floats(-3, 3), "c (in units of each row's std)") * x.std(axis=-1, keepdims=True)  # (rows, 1)
+    g, b = _plain(x.shape[-1])
+    call = f"layer_norm(x + c, ones, zeros, {EPS}) vs layer_norm(x, ones, zeros, {EPS})"
+    tol = impl.tolerance.scaled(8)  # x + c rounds with |c| up to 3σ
+    assert_close(impl.layer_norm(x + shift, g, b, EPS), impl.layer_norm(x, g, b, EPS), "layer_norm(x + c)", tol, call)
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="the gain or the bias is dropped, or applied before normalising (LN(g·x + b) instead of g·LN(x) + b)",
+)
+def layer_norm_affine(impl, case):
+    """layer_norm(x; g, b) = g·layer_norm(x; 1, 0) + b, gain and bias applied after normalising."""
+    x = case.draw(norm_rows(), "x")
+    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    ones, zeros = _plain(x.shape[-1])
+    call = f"layer_norm(x, g, b, {EPS}) vs g·layer_norm(x, ones, zeros, {EPS}) + b"
+    expected = impl.as_seen(g) * impl.layer_norm(x, ones, zeros, EPS).astype(np.float64) + impl.as_seen(b)
+    assert_close(impl.layer_norm(x, g, b, EPS), expected, "layer_norm(x, g, b)", impl.tolerance.scaled(4), call)
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="statistics are pooled across rows (the BatchNorm bug): normalise over the last axis only",
+)
+def layer_norm_rows_independent(impl, case):
+    """Changing one row (token) of the input leaves every other row of layer_norm's output exactly unchanged."""
+    x = case.draw(norm_rows(min_rows=2), "x")  # (rows, d)
+    row = case.draw(st.integers(0, x.shape[0] - 1), "changed row")
+    other = case.draw(norm_rows(min_rows=1, max_rows=1, min_d=x.shape[1], max_d=x.shape[1]), "new row")
+    changed = x.copy()
+    changed[row] = other[0]
+    g, b = _plain(x.shape[-1])
+    keep = np.arange(x.shape[0]) != row
+    call = f"layer_norm(x, ones, zeros, {EPS}) with row {row} replaced"
+    before, after = impl.layer_norm(x, g, b, EPS), impl.layer_norm(changed, g, b, EPS)
+    assert_equal(after[keep], before[keep], f"layer_norm output rows other than {row}", call)
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="unbiased variance (d - 1) gives (-1.162, -0.387, 0.387, 1.162); the population variance (d) gives (-1.342, -0.447, 0.447, 1.342)",
+)
+def layer_norm_known_values(impl, case):
+    """layer_norm(1, 2, 3, 4) = (-1.342, -0.447, 0.447, 1.342): the population variance, eps = 1e-5."""
+    x = np.array([[1.0, 2.0, 3.0, 4.0]])
+    g, b = _plain(4)
+    expected = (x - 2.5) / np.sqrt(1.25 + EPS)  # (-1.3416, -0.4472, 0.4472, 1.3416)
+    got = impl.layer_norm(x, g, b, EPS)
+    assert_close(got, expected, "layer_norm([1, 2, 3, 4])", impl.tolerance.scaled(4), f"layer_norm([[1., 2., 3., 4.]], ones, zeros, {EPS})")
+
+
+@invariant(
+    requires=("rms_norm",),
+    hint="eps is added outside the square root, or the mean (not the mean square) is used: rms(c·x) = sign(c)·rms_{ε/c²}(x) needs x/√(mean(x²) + ε)",
+)
+def rms_norm_scale_law(impl, case):
+    """rms_norm(c·x, eps) = sign(c)·rms_norm(x, eps/c²) for every c ≠ 0 (so rms_norm is odd): bitwise for powers of two on the CPU."""
+    x = case.draw(norm_rows(), "x")
+    powers = case.draw(st.booleans(), "c is a power of two")
+    c = case.draw(scale_factors(powers_of_two=powers), "c")
+    ones = np.ones(x.shape[-1])
+    call = f"rms_norm(c·x, ones, {EPS}) vs sign(c)·rms_norm(x, ones, {EPS}/c²) with c={c!r}"
+    scaled = impl.rms_norm(c * x, ones, EPS)
+    expected = np.sign(c) * impl.rms_norm(x, ones, EPS / c**2)
+    if powers and _exact_scaling(impl):
+        assert_equal(scaled, expected, "rms_norm(c·x)", call)
+    else:
+        assert_close(scaled, expected, "rms_norm(c·x)", impl.tolerance.scaled(8), call)
+
+
+@invariant(
+    requires=("rms_norm", "layer_norm"),
+    hint="rms_norm centres its input (that is layer_norm), or one of the two uses another variance or eps placement",
+)
+def rms_norm_of_centred_is_layer_norm(impl, case):
+    """rms_norm(x - mean(x)) = layer_norm(x) row by row, with gain 1, bias 0 and the same eps."""
+    x = case.draw(norm_rows(), "x")
+    g, b = _plain(x.shape[-1])
+    seen = impl.as_seen(x)
+    centred = seen - seen.mean(axis=-1, keepdims=True)
+    call = f"rms_norm(x - mean(x), ones, {EPS}) vs layer_norm(x, ones, zeros, {EPS})"
+    tol = impl.tolerance.scaled(8)  # the centring is rounded by the caller, not inside the function
+    assert_close(impl.rms_norm(centred, g, EPS), impl.layer_norm(x, g, b, EPS), "rms_norm(x - mean(x))", tol, call)
+
+
+@invariant(
+    requires=("layer_norm",),
+    hint="a convention differs from GPT-2's LayerNorm: population variance, eps inside the square root, gain then bias",
+)
+def layer_norm_agrees_with_reference(impl, case):
+    """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
+    x = case.draw(norm_rows(), "x")
+    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    got = impl.layer_norm(x, g, b, EPS)
+    assert_agrees_with_reference(impl, "layer_norm", (x, g, b, EPS), got, "layer_norm(x, g, b)", factor=4, call=f"layer_norm(x, g, b, {EPS})")
+
+
+@invariant(
+    requires=("rms_norm",),
+    hint="a convention differs from RMSNorm's: divide by √(mean(x²) + ε), no centring, gain but no bias",
+)
+def rms_norm_agrees_with_reference(impl, case):
+    """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
+    x = case.draw(norm_rows(), "x")
+    g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    got = impl.rms_norm(x, g, EPS)
+    assert_agrees_with_reference(impl, "rms_norm", (x, g, EPS), got, "rms_norm(x, g)", factor=4, call=f"rms_norm(x, g, {EPS})")

@@ -1,0 +1,71 @@
+"""The registry of invariants: one entry per property, declared where its check is written.
+
+    @invariant(requires=("attention",), hint="the mask is applied after the softmax ...")
+    def causal_non_leakage(impl, case):
+        '''Changing tokens at positions >= j leaves attention outputs at positions < j exactly equal.'''
+        ...
+
+The docstring's first sentence is the statement a student reads; the hint names the likely
+bug. `case.draw(strategy, label)` draws inputs (labelled in the failure report); `impl`
+is an invariants.protocol.Implementation. An Invariant is callable as inv(impl, case), so it
+can be used inside anyone's own hypothesis test.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+# One module per component, in the order a lesson meets them.
+COMPONENTS = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "counts", "course")
+
+REGISTRY: dict = {}
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A property every correct implementation has, and the bug its failure points to."""
+
+    name: str  # "<component>.<property>", e.g. "attention.causal_non_leakage"
+    component: str
+    statement: str  # one sentence
+    hint: str  # the likely bug when it fails
+    requires: tuple  # protocol functions it calls
+    backends: tuple  # backends it applies to ("torch" only for autograd checks)
+    check: Callable = field(repr=False)
+
+    def __call__(self, impl, case):
+        return self.check(impl, case)
+
+    def skip_reason(self, impl):
+        """Why this invariant cannot run on impl (missing functions, another backend), or None."""
+        if impl.backend not in self.backends:
+            return f"{self.name} needs the {' or '.join(self.backends)} backend (this run is {impl.backend})"
+        return impl.missing(self.requires)
+
+
+def invariant(*, requires, hint, backends=("numpy", "torch")):
+    """Register the decorated check(impl, case) as an Invariant named after its module and function."""
+
+    def register(check):
+        component = check.__module__.rsplit(".", 1)[-1]
+        doc = (check.__doc__ or "").strip()
+        if not doc or not hint:
+            raise ValueError(f"invariant {check.__name__} needs a one-sentence docstring and a hint")
+        statement = " ".join(doc.split("\n\n")[0].split())
+        inv = Invariant(f"{component}.{check.__name__}", component, statement, hint, tuple(requires), tuple(backends), check)
+        if inv.name in REGISTRY:
+            raise ValueError(f"invariant {inv.name} is registered twice")
+        REGISTRY[inv.name] = inv
+        return inv
+
+    return register
+
+
+def all_invariants():
+    """Every registered invariant, component by component (importing the component modules)."""
+    for component in COMPONENTS:
+        importlib.import_module(f"invariants.{component}")
+    order = {component: i for i, component in enumerate(COMPONENTS)}
+    return sorted(REGISTRY.values(), key=lambda inv: order[inv.component])

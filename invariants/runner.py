@@ -1,0 +1,113 @@
+"""Run one invariant against one implementation under hypothesis, and word its failure.
+
+pytest-free on purpose: the plugin, the gate and the mutation matrix all call run_invariant
+and turn its three outcomes (return, InvariantSkipped, InvariantFailure) into their own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from invariants.asserts import InvariantViolation
+from invariants.protocol import ImplementationError, OutputError
+
+MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
+
+
+class InvariantSkipped(Exception):
+    """The invariant does not apply to this implementation; the message says why."""
+
+
+class InvariantFailure(AssertionError):
+    """The implementation broke the invariant (or could not be called); the message is the report."""
+
+    def __init__(self, message, *, kind, examples=None):
+        super().__init__(message)
+        self.kind = kind  # "violation" (wrong answer) or "error" (raised, bad output type)
+        self.examples = examples
+
+
+class Case:
+    """Draws an invariant's inputs and remembers them, labelled, for the failure report."""
+
+    def __init__(self, draw):
+        self._draw = draw
+        self.drawn = {}
+
+    def draw(self, strategy, label):
+        value = self._draw(strategy, label=label)
+        self.drawn[label] = value
+        return value
+
+
+def describe_value(value):
+    """Shapes and dtypes first; small arrays in full."""
+    if isinstance(value, np.ndarray):
+        head = f"{value.dtype} {tuple(value.shape)}"
+        if value.size <= MAX_VALUES_SHOWN:
+            return f"{head} {np.array2string(value.ravel(), precision=6, separator=', ')}"
+        return head
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {describe_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (np.ndarray, dict)) for v in value):
+        return f"[{len(value)} × " + describe_value(value[0]) + "]" if value else "[]"
+    return repr(value)
+
+
+def describe_case(case):
+    return [f"  {label}: {describe_value(value)}" for label, value in case.drawn.items()]
+
+
+def format_failure(inv, impl, problem, case):
+    lines = [
+        f"{inv.name}: {inv.statement}",
+        f"implementation: {impl!r}",
+        "example (shrunk):",
+        *(describe_case(case) if case is not None else ["  (none drawn)"]),
+        str(problem),
+        f"hint: {inv.hint}",
+    ]
+    return "\n".join(lines)
+
+
+def run_invariant(inv, impl, *, settings=None):
+    """Search for a counterexample to `inv` on `impl`; raise InvariantSkipped or InvariantFailure, or return.
+
+    `settings` is a hypothesis.settings object; the loaded profile is used when it is None.
+    Returns the number of examples run.
+    """
+    reason = inv.skip_reason(impl)
+    if reason:
+        raise InvariantSkipped(reason)
+    examples = 0
+
+    def body(data):
+        nonlocal examples
+        examples += 1
+        case = Case(data.draw)
+        try:
+            inv(impl, case)
+        except (InvariantViolation, ImplementationError, OutputError) as exc:
+            exc.case = case
+            raise
+
+    body._hypothesis_internal_add_digest = inv.name.encode()  # one example-database key per invariant
+    test = given(st.data())(body)
+    if settings is not None:
+        test = settings(test)
+    try:
+        test()
+    except InvariantViolation as exc:
+        message = format_failure(inv, impl, exc, getattr(exc, "case", None))
+        raise InvariantFailure(_with_notes(message, exc), kind="violation", examples=examples) from None
+    except (ImplementationError, OutputError) as exc:
+        message = format_failure(inv, impl, exc, getattr(exc, "case", None))
+        raise InvariantFailure(_with_notes(message, exc), kind="error", examples=examples) from None
+    return examples
+
+
+def _with_notes(message, exc):
+    """Append hypothesis's own notes (the reproduce_failure blob), minus the repeated example."""
+    notes = [n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can")]
+    return "\n".join([message, *notes])

@@ -1,0 +1,19 @@
+"""The invariant suite: every registered invariant, run against the implementation chosen by --impl.
+
+    pytest --pyargs invariants --impl reference.torch --hypothesis-profile ci
+"""
+
+import pytest
+
+from invariants.registry import all_invariants
+from invariants.runner import InvariantFailure, InvariantSkipped, run_invariant
+
+
+@pytest.mark.parametrize("inv", all_invariants(), ids=lambda inv: inv.name)
+def test_invariant(inv, impl):
+    try:
+        run_invariant(inv, impl)
+    except InvariantSkipped as exc:
+        pytest.skip(str(exc))
+    except InvariantFailure as exc:
+        pytest.fail(str(exc), pytrace=False)

@@ -1,0 +1,71 @@
+"""One table of comparison tolerances per dtype, anchored on torch.testing.assert_close's defaults.
+
+A check passes when |actual - expected| <= atol + rtol·|expected| elementwise; for the 16-bit
+dtypes rtol is taken relative to max|expected| over the array instead (a norm-wise bound):
+with 10 or 7 mantissa bits, rounding the inputs moves a value near 0 by about rtol times the
+array's scale, and an elementwise bound would demand more than the inputs carry. Checks that
+compose many operations (a block, a stacked model) scale the table by a stated factor; the
+factor is written next to the check, never tuned until a failure goes away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# dtype: (rtol, atol), as torch.testing.assert_close uses them
+TOLERANCES = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1.3e-6, 1e-5),
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+}
+
+# Agreement between two float64 implementations of the same maths (the P01 course's figure).
+FLOAT64_AGREEMENT = 1e-10
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|actual - expected| <= atol + rtol·|expected|, elementwise."""
+
+    rtol: float
+    atol: float
+    dtype: str
+
+    def scaled(self, factor):
+        """This tolerance multiplied by `factor` (for checks that compose `factor`-ish roundings)."""
+        return Tolerance(self.rtol * factor, self.atol * factor, self.dtype)
+
+    def at_scale(self, scale):
+        """For a quantity derived from values of size `scale` (a row mean of unit-size outputs): atol + rtol·scale."""
+        return Tolerance(self.rtol, self.atol + self.rtol * scale, self.dtype)
+
+    @property
+    def normwise(self):
+        return self.dtype in ("float16", "bfloat16")
+
+    def allows(self, actual, expected):
+        """Elementwise: is each actual within tolerance of expected? NaN never is."""
+        scale = np.abs(expected)
+        if self.normwise and scale.size:
+            scale = np.full_like(scale, np.nanmax(scale))
+        return np.abs(actual - expected) <= self.atol + self.rtol * scale
+
+    def __str__(self):
+        relative_to = "max|expected|" if self.normwise else "|expected|"
+        return f"atol={self.atol:g} + rtol={self.rtol:g}·{relative_to} ({self.dtype})"
+
+
+def tolerance_for(dtype):
+    """The Tolerance of TOLERANCES for a dtype name."""
+    rtol, atol = TOLERANCES[str(dtype)]
+    return Tolerance(rtol, atol, str(dtype))
+
+
+def agreement_tolerance(dtype):
+    """How close an implementation must be to the float64 reference: 1e-10 in float64, the table otherwise."""
+    if str(dtype) == "float64":
+        return Tolerance(FLOAT64_AGREEMENT, FLOAT64_AGREEMENT, "float64")
+    return tolerance_for(dtype)
