@@ -1,0 +1,1 @@
+"""Invariants of activation (being written)."""

@@ -1,0 +1,1 @@
+"""Invariants of attention (being written)."""

@@ -1,0 +1,1 @@
+"""Invariants of block (being written)."""

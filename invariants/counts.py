@@ -1,0 +1,1 @@
+"""Invariants of counts (being written)."""

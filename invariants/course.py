@@ -1,0 +1,1 @@
+"""Invariants of course (being written)."""

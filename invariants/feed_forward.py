@@ -1,0 +1,1 @@
+"""Invariants of feed_forward (being written)."""

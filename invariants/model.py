@@ -1,0 +1,1 @@
+"""Invariants of model (being written)."""

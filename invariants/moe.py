@@ -1,0 +1,1 @@
+"""Invariants of moe (being written)."""

@@ -1,0 +1,1 @@
+"""Invariants of softmax (being written)."""

@@ -1,0 +1,1 @@
+"""Broken activation (being written)."""

@@ -1,0 +1,1 @@
+"""Broken attention (being written)."""

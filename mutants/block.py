@@ -1,0 +1,1 @@
+"""Broken block (being written)."""

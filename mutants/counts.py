@@ -1,0 +1,1 @@
+"""Broken counts (being written)."""

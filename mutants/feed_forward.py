@@ -1,0 +1,1 @@
+"""Broken feed_forward (being written)."""

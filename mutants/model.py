@@ -1,0 +1,1 @@
+"""Broken model (being written)."""

@@ -1,0 +1,1 @@
+"""Broken moe (being written)."""

@@ -1,0 +1,35 @@
+"""Broken norms: the variance, eps and axis bugs the lesson warns about."""
+
+import numpy as np
+
+from mutants import mutant
+
+
+@mutant(replaces="layer_norm", killed_by="norms.layer_norm_known_values", bug="unbiased variance (divides by d - 1)")
+def unbiased_layer_norm(x, gain, bias, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=-1, ddof=1, keepdims=True) + eps) * gain + bias
+
+
+@mutant(replaces="layer_norm", killed_by="norms.layer_norm_scale_law", bug="eps outside the square root")
+def eps_outside_layer_norm(x, gain, bias, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / (np.sqrt(x.var(axis=-1, keepdims=True)) + eps) * gain + bias
+
+
+@mutant(replaces="layer_norm", killed_by="norms.layer_norm_rows_independent", bug="statistics over the batch and sequence axes (BatchNorm)")
+def pooled_layer_norm(x, gain, bias, eps=1e-5):
+    axes = tuple(range(x.ndim - 1)) or (-1,)
+    mean = x.mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=axes, keepdims=True) + eps) * gain + bias
+
+
+@mutant(replaces="layer_norm", killed_by="norms.layer_norm_affine", bug="bias dropped")
+def biasless_layer_norm(x, gain, bias, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * gain
+
+
+@mutant(replaces="rms_norm", killed_by="norms.rms_norm_scale_law", bug="rms_norm with eps outside the square root")
+def eps_outside_rms_norm(x, gain, eps=1e-5):
+    return x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + eps) * gain

@@ -1,0 +1,1 @@
+"""Broken softmax (being written)."""
