@@ -135,8 +135,11 @@ class Implementation:
     """An implementation under test, called with numpy inputs and answering with numpy outputs.
 
     backend: "numpy" or "torch"; device: "cpu", "cuda", "cuda:1", ...; dtype: one of DTYPES.
-    Integer arrays (token ids, targets) always go in as int64.
+    Integer arrays (token ids, targets) always go in as int64. `raw(name)` gives the function
+    itself, for checks that need autograd; in_process is False for proxies (the gate's worker).
     """
+
+    in_process = True
 
     def __init__(self, namespace, *, label, backend, device="cpu", dtype="float64"):
         if backend not in BACKENDS:
@@ -222,6 +225,10 @@ class Implementation:
         if isinstance(value, np.ndarray) and value.dtype.kind == "f":
             return self.to_numpy(self.to_backend(value), "input").astype(np.float64)
         return value
+
+    def raw(self, name):
+        """The implementation's own function `name`, taking and returning backend arrays."""
+        return self.functions[name]
 
     # -- calling ------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class Invariant:
     hint: str  # the likely bug when it fails
     requires: tuple  # protocol functions it calls
     backends: tuple  # backends it applies to ("torch" only for autograd checks)
+    in_process: bool  # needs the implementation's own callables (autograd, training), not just answers
     check: Callable = field(repr=False)
 
     def __call__(self, impl, case):
@@ -42,11 +43,16 @@ class Invariant:
         """Why this invariant cannot run on impl (missing functions, another backend), or None."""
         if impl.backend not in self.backends:
             return f"{self.name} needs the {' or '.join(self.backends)} backend (this run is {impl.backend})"
+        if self.in_process and not impl.in_process:
+            return f"{self.name} needs the implementation's own callables (autograd); {impl.label} answers from another process"
         return impl.missing(self.requires)
 
 
-def invariant(*, requires, hint, backends=("numpy", "torch")):
-    """Register the decorated check(impl, case) as an Invariant named after its module and function."""
+def invariant(*, requires, hint, backends=("numpy", "torch"), in_process=False):
+    """Register the decorated check(impl, case) as an Invariant named after its module and function.
+
+    in_process=True marks checks that call impl.raw(name) (autograd through the implementation).
+    """
 
     def register(check):
         component = check.__module__.rsplit(".", 1)[-1]
@@ -54,7 +60,7 @@ def invariant(*, requires, hint, backends=("numpy", "torch")):
         if not doc or not hint:
             raise ValueError(f"invariant {check.__name__} needs a one-sentence docstring and a hint")
         statement = " ".join(doc.split("\n\n")[0].split())
-        inv = Invariant(f"{component}.{check.__name__}", component, statement, hint, tuple(requires), tuple(backends), check)
+        inv = Invariant(f"{component}.{check.__name__}", component, statement, hint, tuple(requires), tuple(backends), in_process, check)
         if inv.name in REGISTRY:
             raise ValueError(f"invariant {inv.name} is registered twice")
         REGISTRY[inv.name] = inv

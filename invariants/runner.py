@@ -6,6 +6,8 @@ and turn its three outcomes (return, InvariantSkipped, InvariantFailure) into th
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -22,10 +24,11 @@ class InvariantSkipped(Exception):
 class InvariantFailure(AssertionError):
     """The implementation broke the invariant (or could not be called); the message is the report."""
 
-    def __init__(self, message, *, kind, examples=None):
+    def __init__(self, message, *, kind, examples_to_failure=None, seconds_to_failure=None):
         super().__init__(message)
         self.kind = kind  # "violation" (wrong answer) or "error" (raised, bad output type)
-        self.examples = examples
+        self.examples_to_failure = examples_to_failure  # examples run up to the first failing one, inclusive
+        self.seconds_to_failure = seconds_to_failure
 
 
 class Case:
@@ -81,15 +84,18 @@ def run_invariant(inv, impl, *, settings=None):
     if reason:
         raise InvariantSkipped(reason)
     examples = 0
+    first_failure = None  # (examples, seconds) at the first failing example, before shrinking
+    start = time.perf_counter()
 
     def body(data):
-        nonlocal examples
+        nonlocal examples, first_failure
         examples += 1
         case = Case(data.draw)
         try:
             inv(impl, case)
         except (InvariantViolation, ImplementationError, OutputError) as exc:
             exc.case = case
+            first_failure = first_failure or (examples, time.perf_counter() - start)
             raise
 
     body._hypothesis_internal_add_digest = inv.name.encode()  # one example-database key per invariant
@@ -98,12 +104,11 @@ def run_invariant(inv, impl, *, settings=None):
         test = settings(test)
     try:
         test()
-    except InvariantViolation as exc:
-        message = format_failure(inv, impl, exc, getattr(exc, "case", None))
-        raise InvariantFailure(_with_notes(message, exc), kind="violation", examples=examples) from None
-    except (ImplementationError, OutputError) as exc:
-        message = format_failure(inv, impl, exc, getattr(exc, "case", None))
-        raise InvariantFailure(_with_notes(message, exc), kind="error", examples=examples) from None
+    except (InvariantViolation, ImplementationError, OutputError) as exc:
+        message = _with_notes(format_failure(inv, impl, exc, getattr(exc, "case", None)), exc)
+        kind = "violation" if isinstance(exc, InvariantViolation) else "error"
+        at_examples, at_seconds = first_failure or (examples, time.perf_counter() - start)
+        raise InvariantFailure(message, kind=kind, examples_to_failure=at_examples, seconds_to_failure=at_seconds) from None
     return examples
 
 
