@@ -35,6 +35,7 @@ class Invariant:
     backends: tuple  # backends it applies to ("torch" only for autograd checks)
     in_process: bool  # needs the implementation's own callables (autograd, training), not just answers
     check: Callable = field(repr=False)
+    applies: Callable = field(default=None, repr=False)  # impl -> a reason it does not apply, or None
 
     def __call__(self, impl, case):
         return self.check(impl, case)
@@ -45,13 +46,15 @@ class Invariant:
             return f"{self.name} needs the {' or '.join(self.backends)} backend (this run is {impl.backend})"
         if self.in_process and not impl.in_process:
             return f"{self.name} needs the implementation's own callables (autograd); {impl.label} answers from another process"
-        return impl.missing(self.requires)
+        return impl.missing(self.requires) or (self.applies(impl) if self.applies else None)
 
 
-def invariant(*, requires, hint, backends=("numpy", "torch"), in_process=False):
+def invariant(*, requires, hint, backends=("numpy", "torch"), in_process=False, applies=None):
     """Register the decorated check(impl, case) as an Invariant named after its module and function.
 
     in_process=True marks checks that call impl.raw(name) (autograd through the implementation).
+    applies(impl) returns a reason the invariant does not apply (a dtype it is ill-posed in, a
+    convention the implementation declares), or None; the run is then skipped with that reason.
     """
 
     def register(check):
@@ -60,7 +63,7 @@ def invariant(*, requires, hint, backends=("numpy", "torch"), in_process=False):
         if not doc or not hint:
             raise ValueError(f"invariant {check.__name__} needs a one-sentence docstring and a hint")
         statement = " ".join(doc.split("\n\n")[0].split())
-        inv = Invariant(f"{component}.{check.__name__}", component, statement, hint, tuple(requires), tuple(backends), in_process, check)
+        inv = Invariant(f"{component}.{check.__name__}", component, statement, hint, tuple(requires), tuple(backends), in_process, check, applies)
         if inv.name in REGISTRY:
             raise ValueError(f"invariant {inv.name} is registered twice")
         REGISTRY[inv.name] = inv
