@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given, seed as hypothesis_seed, strategies as st
 
 from invariants.asserts import InvariantViolation
 from invariants.protocol import ImplementationError, OutputError
@@ -74,10 +74,11 @@ def format_failure(inv, impl, problem, case):
     return "\n".join(lines)
 
 
-def run_invariant(inv, impl, *, settings=None):
+def run_invariant(inv, impl, *, settings=None, seed=None):
     """Search for a counterexample to `inv` on `impl`; raise InvariantSkipped or InvariantFailure, or return.
 
     `settings` is a hypothesis.settings object; the loaded profile is used when it is None.
+    `seed` (an int) fixes hypothesis's randomness for this run (use with derandomize=False).
     Returns the number of examples run.
     """
     reason = inv.skip_reason(impl)
@@ -102,6 +103,8 @@ def run_invariant(inv, impl, *, settings=None):
     test = given(st.data())(body)
     if settings is not None:
         test = settings(test)
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
     try:
         test()
     except (InvariantViolation, ImplementationError, OutputError) as exc:
