@@ -41,6 +41,23 @@ def as_array(value, what, call=None):
     _fail(f"type of {what}", type(value).__name__, "an array", call)
 
 
+def _comparable(actual, expected, what, call):
+    """expected as an array that broadcasts to actual's shape, else a shape violation; NaN on either side is named first."""
+    __tracebackhide__ = True
+    expected = np.asarray(expected)
+    if actual.dtype.kind in "fc" and np.isnan(actual).any():
+        assert_finite(actual, what, call)
+    if expected.dtype.kind in "fc" and np.isnan(expected).any():
+        assert_finite(expected, f"the value {what} is compared with", call)
+    try:
+        fits = np.broadcast_shapes(actual.shape, expected.shape) == actual.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call)
+    return expected
+
+
 def assert_shape(actual, shape, what, call=None):
     """actual is an array of exactly `shape`."""
     __tracebackhide__ = True
@@ -90,9 +107,7 @@ def assert_equal(actual, expected, what, call=None):
     """actual == expected elementwise, exactly (-0.0 == +0.0; NaN never equals anything)."""
     __tracebackhide__ = True
     actual = as_array(actual, what, call)
-    expected = np.asarray(expected)
-    if actual.shape != np.broadcast_shapes(actual.shape, expected.shape):
-        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call)
+    expected = _comparable(actual, expected, what, call)
     if np.array_equal(actual, np.broadcast_to(expected, actual.shape)):
         return
     mismatched = ~(actual == expected)
@@ -104,9 +119,7 @@ def assert_close(actual, expected, what, tol, call=None):
     """|actual - expected| <= tol.atol + tol.rtol·|expected| elementwise (a Tolerance); NaN fails."""
     __tracebackhide__ = True
     actual = as_array(actual, what, call)
-    expected = np.asarray(expected)
-    if actual.shape != np.broadcast_shapes(actual.shape, expected.shape):
-        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call)
+    expected = _comparable(actual, expected, what, call)
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     ok = tol.allows(a, e)
     if ok.all():

@@ -1,1 +1,271 @@
-"""Invariants of attention (being written)."""
+"""Invariants of multi-head self-attention: causality (perturbed and differentiated), the weights, the heads, linearity, batches.
+
+attention(x (B, T, d), W_q, W_k, W_v, W_o (d, d), n_heads, causal) returns out (B, T, d) and
+weights (B, H, T, T). Causality is checked by perturbing the future, not by truncating the
+sequence: perturbing is bitwise exact in correct code, truncating is not (another shape may take
+another kernel, measured at ~1e-7 on GPT-2 and torch's SDPA), and future values stay finite
+(an inf or a NaN reaches the past as 0·inf = NaN even in correct code).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
+from invariants.protocol import ImplementationError
+from invariants.reference_check import reference_answer
+from invariants.registry import invariant
+from invariants.tolerance import agreement_tolerance
+from strategies.attention import attention_args, attention_inputs
+from strategies.core import float_arrays, seeds
+
+PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new tokens: other values, finite and of any moderate size
+
+
+def _call(inputs, note=""):
+    """The call being checked, as a reader would type it."""
+    x = inputs["x"]
+    text = f"attention(x{list(x.shape)}, W_q, W_k, W_v, W_o, n_heads={inputs['n_heads']}, causal={inputs['causal']})"
+    return f"{text} {note}" if note else text
+
+
+def _attend(impl, inputs, call, **changes):
+    """impl.attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T), shapes checked."""
+    __tracebackhide__ = True
+    args = {**inputs, **changes}
+    B, T, d = args["x"].shape
+    answer = impl.attention(*attention_args(args))
+    assert_value(len(answer) if isinstance(answer, tuple) else 1, 2, "number of arrays attention returned (out, weights)", call)
+    out = assert_shape(answer[0], (B, T, d), "attention output", call)
+    weights = assert_shape(answer[1], (B, args["n_heads"], T, T), "attention weights", call)
+    return out, weights
+
+
+def _future(T):
+    """(T, T) True above the diagonal: the keys a causal query must not see."""
+    return np.triu(np.ones((T, T), dtype=bool), k=1)
+
+
+@invariant(
+    requires=("attention",),
+    hint="the future leaks into the past: the mask is missing, applied after the softmax (the future stays in the "
+    "denominator), off by one (triu with k=2: each token sees the next), or built for another length (a longer mask "
+    "sliced as if earlier tokens were cached)",
+)
+def causal_non_leakage(impl, case):
+    """Replacing the tokens at positions >= j by other finite values leaves causal attention's outputs and weights at positions < j exactly equal."""
+    inputs = case.draw(attention_inputs(min_seq=2, causal=True), "inputs")
+    x = inputs["x"]  # (B, T, d)
+    B, T, d = x.shape
+    j = case.draw(st.integers(1, T - 1), "j (first replaced position)")
+    changed = x.copy()
+    changed[:, j:] = case.draw(float_arrays((B, T - j, d), **PERTURBATION_SCALES), "new tokens at positions >= j")
+    call = _call(inputs, f"with x[:, {j}:] replaced")
+    out, weights = _attend(impl, inputs, call)
+    new_out, new_weights = _attend(impl, inputs, call, x=changed)
+    assert_equal(new_out[:, :j], out[:, :j], f"attention output at positions < {j}", call)
+    assert_equal(new_weights[:, :, :j], weights[:, :, :j], f"attention weights of the queries at positions < {j}", call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="the future reaches the past through the backward pass: a statistic of the whole score row is taken before "
+    "the mask (a softmax stabilised by the row max over all keys, future included), so the past depends on the "
+    "future by rounding, and by 0/0 = NaN once a future score is large",
+    backends=("torch",),
+    in_process=True,
+)
+def causal_gradient(impl, case):
+    """Under causal attention ∂out_i/∂x_j is exactly 0 for every j > i, through the implementation's own autograd.
+
+    Exact in every dtype: a masked weight is exactly 0, and every gradient that reaches a future
+    token is a product with it (or with a zero cotangent).
+    """
+    import torch
+
+    inputs = case.draw(attention_inputs(min_seq=2, causal=True), "inputs")
+    x = inputs["x"]  # (B, T, d)
+    B, T, d = x.shape
+    rng = np.random.default_rng(case.draw(seeds(), "cotangent seed"))
+    args = list(impl.to_backend(attention_args(inputs)))
+    args[0] = impl.to_backend(x, requires_grad=True)
+    call = _call(inputs, "differentiated with torch.autograd.grad")
+    try:
+        out = impl.raw("attention")(*args)[0]  # (B, T, d)
+        for i in range(T - 1):
+            cotangent = impl.to_backend(rng.standard_normal((B, d)))  # (B, d): a random direction of out[:, i]
+            (grad,) = torch.autograd.grad(out[:, i], args[0], grad_outputs=cotangent, retain_graph=True)  # (B, T, d)
+            grad = impl.to_numpy(grad, "the gradient")
+            assert_equal(grad[:, i + 1 :], 0.0, f"∂out_{i}/∂x_j for j > {i} (rows j of the gradient)", call)
+    except RuntimeError as exc:  # no graph (a detach, an in-place op), or a failing backward
+        raise ImplementationError(f"autograd through attention raised RuntimeError: {str(exc).splitlines()[0]}") from None
+
+
+@invariant(
+    requires=("attention",),
+    hint="the mask also hides the diagonal (triu with k=0: the first token sees nothing and its row is 0/0 = NaN), or "
+    "fills the future with a finite value too small to zero it, or zeroes the weights after the softmax (the first "
+    "row is then not 1)",
+)
+def causal_weights_pattern(impl, case):
+    """With causal=True every weight above the diagonal is exactly 0 and the first query's weights are exactly (1, 0, …, 0)."""
+    inputs = case.draw(attention_inputs(causal=True), "inputs")
+    T = inputs["x"].shape[1]
+    call = _call(inputs)
+    _, weights = _attend(impl, inputs, call)  # (B, H, T, T)
+    assert_where(~_future(T) | (weights == 0), weights, "attention weights above the diagonal", "exactly 0", call)
+    assert_equal(weights[:, :, 0], np.eye(1, T)[0], "the first query's weights", call)  # (B, H, T) vs (T,)
+
+
+@invariant(
+    requires=("attention",),
+    hint="the softmax runs over the wrong axis (the query axis: columns sum to 1, not rows), or the weights are zeroed "
+    "after the softmax without renormalising",
+)
+def weights_are_distributions(impl, case):
+    """Each query's attention weights are a probability distribution over the keys: every entry >= 0, each row summing to 1."""
+    inputs = case.draw(attention_inputs(), "inputs")
+    call = _call(inputs)
+    _, weights = _attend(impl, inputs, call)  # (B, H, T, T)
+    assert_where(weights >= 0, weights, "attention weights", ">= 0", call)
+    # each weight carries one rounding of its dtype; T of them sum to 1, so the table's tolerance at 1 covers them
+    assert_close(weights.astype(np.float64).sum(axis=-1), 1.0, "row sums of the attention weights", impl.tolerance, call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="the mask is transposed (tril for triu: each token sees itself and the future) or hides a key the last "
+    "token may see, so the last token does not attend to every position",
+)
+def last_position_mask_free(impl, case):
+    """The last position's output and weights are the same with causal=True and causal=False, to rounding.
+
+    Its score row is the same in both and the mask hides none of it, so the reference and torch's
+    SDPA on the CPU (measured) agree bitwise; but a fused kernel may take another path when given
+    a mask (SDPA on CUDA leaves the flash kernel for a boolean mask), so rounding is allowed.
+    """
+    inputs = case.draw(attention_inputs(causal=True), "inputs")
+    call = _call(inputs, "vs causal=False")
+    out, weights = _attend(impl, inputs, call)
+    free_out, free_weights = _attend(impl, inputs, call, causal=False)
+    assert_close(out[:, -1], free_out[:, -1], "causal output at the last position", impl.tolerance, call)
+    assert_close(weights[:, :, -1], free_weights[:, :, -1], "causal weights of the last query", impl.tolerance, call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="a mask is applied although causal=False (the flag is ignored), or the output depends on where a token sits "
+    "(a positional bias, a cumulative sum over the sequence)",
+)
+def permutation_equivariance(impl, case):
+    """Without the mask, permuting the tokens permutes the outputs and the weights' rows and columns the same way (to rounding)."""
+    inputs = case.draw(attention_inputs(causal=False), "inputs")
+    T = inputs["x"].shape[1]
+    p = np.array(case.draw(st.permutations(range(T)), "permutation p"))
+    call = _call(inputs, "vs the same on x[:, p]")
+    out, weights = _attend(impl, inputs, call)
+    moved_out, moved_weights = _attend(impl, inputs, call, x=inputs["x"][:, p])
+    # the softmax and weights @ v sum the same terms in another order: rounding only
+    assert_close(moved_out, out[:, p], "output on x[:, p]", impl.tolerance, call)
+    assert_close(moved_weights, weights[:, :, p][..., p], "weights on x[:, p]", impl.tolerance, call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="heads are split or merged with the wrong reshape (reshape(B, T, D, H) instead of (B, T, H, D) interleaves "
+    "the heads' features), or the transpose between the head and sequence axes is missing",
+)
+def multi_head_is_sum_of_heads(impl, case):
+    """Multi-head attention equals the sum over heads h of one-head attention on head h's slice: columns h·D:(h+1)·D of W_q, W_k, W_v and those rows of W_o.
+
+    Each head runs through the implementation itself as a one-head call of the same width, with
+    the other heads' columns (and W_o's rows) zeroed and W_q times √H, so that its 1/√d is the
+    head's 1/√D; its weights must be that head's weights. Holds to rounding.
+    """
+    inputs = case.draw(attention_inputs(min_heads=2), "inputs")
+    x, W_q, W_k, W_v, W_o, H, causal = attention_args(inputs)
+    d = x.shape[-1]
+    D = d // H
+    call = _call(inputs, "vs the sum of its heads as one-head calls")
+    out, weights = _attend(impl, inputs, call)
+    total = np.zeros(out.shape)  # (B, T, d)
+    for h in range(H):
+        keep = (np.arange(d) // D == h).astype(np.float64)  # (d,): head h's features
+        head = dict(inputs, W_q=W_q * keep * np.sqrt(H), W_k=W_k * keep, W_v=W_v * keep, W_o=W_o * keep[:, None], n_heads=1)
+        head_out, head_weights = _attend(impl, head, f"{call} (head {h})")
+        total += head_out
+        assert_close(weights[:, h], head_weights[:, 0], f"weights of head {h}", impl.tolerance.scaled(2), call)  # W_q·√H is rounded anew
+    assert_close(out, total, "multi-head output", impl.tolerance.scaled(2 * H), call)  # H one-head outputs, each rounded
+
+
+@invariant(
+    requires=("attention",),
+    hint="the output is not merged_heads @ W_o alone: a residual (x + ...) or a bias is added inside attention, or "
+    "W_o is not applied",
+)
+def zero_output_projection(impl, case):
+    """With W_o = 0 attention's output is exactly 0, whatever x and the other weights."""
+    inputs = case.draw(attention_inputs(), "inputs")
+    call = _call(inputs, "with W_o = 0")
+    out, _ = _attend(impl, inputs, call, W_o=np.zeros_like(inputs["W_o"]))
+    assert_equal(out, 0.0, "attention output with W_o = 0", call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="the weights depend on W_v (keys or queries projected with W_v: a copy-paste slip), or the values pass "
+    "through a nonlinearity before they are averaged",
+)
+def linear_in_values(impl, case):
+    """attention is linear in W_v: out(a·W_v + b·W_v') = a·out(W_v) + b·out(W_v') for the same x, W_q, W_k and W_o, to rounding."""
+    inputs = case.draw(attention_inputs(), "inputs")
+    other = case.draw(float_arrays(inputs["W_v"].shape, min_scale=inputs["W_v"].shape[0] ** -0.5, max_scale=inputs["W_v"].shape[0] ** -0.5), "W_v'")
+    a, b = (case.draw(st.sampled_from([-1.0, 1.0]), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
+    call = _call(inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
+    out, _ = _attend(impl, inputs, call)
+    other_out, _ = _attend(impl, inputs, call, W_v=other)
+    mixed_out, _ = _attend(impl, inputs, call, W_v=a * impl.as_seen(inputs["W_v"]) + b * impl.as_seen(other))
+    expected = a * out.astype(np.float64) + b * other_out.astype(np.float64)
+    # three outputs, each rounded, and the mixed W_v rounded once more on the way in
+    assert_close(mixed_out, expected, "out(a·W_v + b·W_v')", impl.tolerance.scaled(4), call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="tokens attend across batch items: the batch is packed into one sequence without a block-diagonal mask, or "
+    "a reshape or transpose mixes the batch axis with the sequence or head axes",
+)
+def batch_items_independent(impl, case):
+    """Changing one batch item leaves every other item's outputs and weights exactly unchanged."""
+    inputs = case.draw(attention_inputs(min_batch=2), "inputs")
+    x = inputs["x"]  # (B, T, d)
+    B, T, d = x.shape
+    item = case.draw(st.integers(0, B - 1), "changed batch item")
+    changed = x.copy()
+    changed[item] = case.draw(float_arrays((T, d), **PERTURBATION_SCALES), "new batch item")
+    keep = np.arange(B) != item
+    call = _call(inputs, f"with batch item {item} replaced")
+    out, weights = _attend(impl, inputs, call)
+    new_out, new_weights = _attend(impl, inputs, call, x=changed)
+    assert_equal(new_out[keep], out[keep], f"attention output of the batch items other than {item}", call)
+    assert_equal(new_weights[keep], weights[keep], f"attention weights of the batch items other than {item}", call)
+
+
+@invariant(
+    requires=("attention",),
+    hint="the scores are not scaled by 1/√d_head (unscaled, or by 1/√d_model or 1/d_head), or another convention "
+    "differs from GPT-2's attention (x @ W, heads as contiguous column blocks, W_o after merging)",
+)
+def agrees_with_reference(impl, case):
+    """attention's output and weights agree with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
+
+    This is what pins the 1/√d_head scale, which no law above can see.
+    """
+    inputs = case.draw(attention_inputs(), "inputs")
+    call = _call(inputs)
+    out, weights = _attend(impl, inputs, call)
+    expected_out, expected_weights = reference_answer(impl, "attention", *attention_args(inputs))
+    tol = agreement_tolerance(impl.dtype)
+    assert_close(weights, expected_weights, "attention weights", tol, call)
+    assert_close(out, expected_out, "attention output", tol, call)

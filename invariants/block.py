@@ -1,1 +1,151 @@
-"""Invariants of block (being written)."""
+"""Invariants of transformer_block (pre-norm): the residual identity, one sublayer at a time, causality, equivariance."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
+from invariants.reference_check import assert_agrees_with_reference
+from invariants.registry import invariant
+from strategies.core import attention_shapes, float_arrays
+from strategies.params import block_params
+
+EPS = 1e-5  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside
+OUTPUTS = {"attention": ("W_o", "b_o"), "feed_forward": ("W2", "b2")}  # what a sublayer's output is made of
+
+
+def silenced(params, *sublayers):
+    """A copy of block params whose named sublayers ('attention', 'feed_forward') output exactly 0: W_o, b_o or W2, b2 zeroed."""
+    quiet = dict(params)
+    for sublayer in sublayers:
+        for name in OUTPUTS[sublayer]:
+            if name in quiet:
+                quiet[name] = np.zeros_like(quiet[name])
+    return quiet
+
+
+def _shape_and_input(case, *, min_seq=1):
+    """Draw a shape and an input x (B, T, d) of unit-size values."""
+    shape = case.draw(attention_shapes(max_batch=2, min_seq=min_seq, max_seq=6, max_heads=3, max_d_head=4), "shape")
+    return shape, case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
+
+
+def _block_case(case, *, min_seq=1, attn_bias=None):
+    """Draw a shape, an input x (B, T, d) and one block's params."""
+    shape, x = _shape_and_input(case, min_seq=min_seq)
+    return shape, x, case.draw(block_params(shape.d_model, attn_bias=attn_bias), "params")
+
+
+@invariant(
+    requires=("transformer_block",),
+    hint="the residual is replaced instead of added (x = attn(LN(x)) for x = x + attn(LN(x))), a sublayer has no skip, "
+         "or a norm is applied after the add (post-norm LN(x + f(x))): a pre-norm block with silent sublayers is the identity",
+)
+def residual_identity(impl, case):
+    """With W_o, W2, b2 (and b_o) zeroed, a block returns its input exactly, and so does a stack of up to 4 such blocks."""
+    shape, x = _shape_and_input(case)
+    stack = case.draw(st.lists(block_params(shape.d_model), min_size=1, max_size=4), "params of each block")
+    causal = case.draw(st.booleans(), "causal")
+    y = x
+    for i, params in enumerate(stack):
+        call = f"transformer_block(x, silenced params, n_heads={shape.n_heads}, causal={causal}), block {i + 1} of {len(stack)}"
+        y = assert_shape(impl.transformer_block(y, silenced(params, "attention", "feed_forward"), shape.n_heads, causal), x.shape, "block output", call)
+        # Exact: each sublayer adds exactly 0 (a zero matrix times finite values), and x + 0.0 == x for every x,
+        # -0.0 included (-0.0 + 0.0 is +0.0, which == counts as equal to -0.0).
+        assert_equal(y, impl.as_seen(x), f"output of block {i + 1} of {len(stack)}", call)
+
+
+@invariant(
+    requires=("transformer_block", "feed_forward", "layer_norm"),
+    hint="the feed-forward sublayer reads the wrong norm (ln1's gain and bias, or the stream without LN) "
+         "or its output is not added to the stream: with attention silenced the block is x + FFN(LN2(x))",
+)
+def feed_forward_sublayer_alone(impl, case):
+    """With the attention sublayer silenced (W_o = 0, b_o = 0), the block returns x + feed_forward(layer_norm(x; ln2_g, ln2_b))."""
+    shape, x, p = _block_case(case)
+    causal = case.draw(st.booleans(), "causal")
+    call = f"transformer_block(x, params with W_o = 0, n_heads={shape.n_heads}, causal={causal})"
+    got = impl.transformer_block(x, silenced(p, "attention"), shape.n_heads, causal)
+    normed = impl.layer_norm(x, p["ln2_g"], p["ln2_b"], EPS)  # (B, T, d)
+    expected = impl.as_seen(x) + impl.feed_forward(normed, p["W1"], p["b1"], p["W2"], p["b2"])  # (B, T, d)
+    assert_close(got, expected, "block output", impl.tolerance, call)  # one rounding apart: the block's residual sum
+
+
+@invariant(
+    requires=("transformer_block", "attention", "layer_norm"),
+    hint="the attention sublayer reads the un-normalised stream (x + attn(x)) or the wrong norm (ln2's params), "
+         "or its output is not added to the stream: with the feed-forward silenced the block is x + attn(LN1(x))",
+)
+def attention_sublayer_alone(impl, case):
+    """With the feed-forward silenced (W2 = 0, b2 = 0), the block returns x + attention(layer_norm(x; ln1_g, ln1_b))."""
+    shape, x, p = _block_case(case, attn_bias=False)  # the protocol's attention() takes no biases
+    causal = case.draw(st.booleans(), "causal")
+    call = f"transformer_block(x, params with W2 = 0 and b2 = 0, n_heads={shape.n_heads}, causal={causal})"
+    got = impl.transformer_block(x, silenced(p, "feed_forward"), shape.n_heads, causal)
+    normed = impl.layer_norm(x, p["ln1_g"], p["ln1_b"], EPS)  # (B, T, d)
+    attended, _ = impl.attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], shape.n_heads, causal)  # (B, T, d)
+    expected = impl.as_seen(x) + attended
+    assert_close(got, expected, "block output", impl.tolerance, call)  # one rounding apart: the block's residual sum
+
+
+@invariant(
+    requires=("transformer_block",),
+    hint="the block changes the shape (heads not merged back to d, a sequence axis reduced) or overflows to inf/NaN",
+)
+def shape_preserved(impl, case):
+    """transformer_block maps a (B, T, d) input to a finite (B, T, d) output, causal or not."""
+    shape, x, params = _block_case(case)
+    causal = case.draw(st.booleans(), "causal")
+    call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal={causal})"
+    y = assert_shape(impl.transformer_block(x, params, shape.n_heads, causal), x.shape, "block output", call)
+    assert_finite(y, "block output", call)
+
+
+@invariant(
+    requires=("transformer_block",),
+    hint="the block does not pass causal=True to its attention (or builds the mask for the wrong positions), "
+         "or something mixes tokens outside attention (a norm over the sequence axis)",
+)
+def causal_non_leakage(impl, case):
+    """In decoder mode (causal=True), changing x at positions >= j leaves the block's outputs at positions < j exactly equal."""
+    shape, x, params = _block_case(case, min_seq=2)
+    j = case.draw(st.integers(1, shape.seq - 1), "j (first changed position)")
+    future = case.draw(float_arrays((shape.batch, shape.seq - j, shape.d_model)), "new x[:, j:]")  # (B, T - j, d)
+    changed = x.copy()
+    changed[:, j:] = future
+    call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal=True) with x[:, {j}:] changed"
+    before = impl.transformer_block(x, params, shape.n_heads, True)
+    after = impl.transformer_block(changed, params, shape.n_heads, True)
+    # Exact: a masked weight is exactly 0 and 0·v is 0 for any finite v, so no bit of the future reaches the past.
+    assert_equal(after[:, :j], before[:, :j], f"block output at positions < {j}", call)
+
+
+@invariant(
+    requires=("transformer_block",),
+    hint="the block masks even with causal=False (the flag is ignored or hard-coded), or adds position information of its own",
+)
+def permutation_equivariant(impl, case):
+    """In encoder mode (causal=False), permuting the tokens of x permutes the block's output the same way."""
+    shape, x, params = _block_case(case)
+    perm = np.array(case.draw(st.permutations(range(shape.seq)), "permutation"))
+    call = f"transformer_block(x[:, perm], params, n_heads={shape.n_heads}, causal=False) vs transformer_block(x, ...)[:, perm]"
+    permuted = impl.transformer_block(x[:, perm], params, shape.n_heads, False)
+    expected = impl.transformer_block(x, params, shape.n_heads, False)[:, perm]
+    # Both sides are rounded by the implementation, and the attention sums run in another order: twice the table.
+    assert_close(permuted, expected, "block output on permuted tokens", impl.tolerance.scaled(2), call)
+
+
+@invariant(
+    requires=("transformer_block",),
+    hint="the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, "
+         "not x: no parallel sublayers), the attention biases used when given, LayerNorm eps 1e-5",
+)
+def agrees_with_reference(impl, case):
+    """transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
+    shape, x, params = _block_case(case)
+    causal = case.draw(st.booleans(), "causal")
+    got = impl.transformer_block(x, params, shape.n_heads, causal)
+    call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal={causal})"
+    # Two sublayers of about three roundings each, plus two residual sums: 4 × the table.
+    assert_agrees_with_reference(impl, "transformer_block", (x, params, shape.n_heads, causal), got, "block output", factor=4, call=call)

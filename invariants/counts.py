@@ -1,1 +1,131 @@
-"""Invariants of counts (being written)."""
+"""Invariants of the parameter and compute arithmetic: exact GPT-2 counts, the params tree, 12·L·d², 2N, 6ND, MoE counts."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from invariants.asserts import assert_close, assert_value, assert_where
+from invariants.registry import invariant
+from invariants.tolerance import Tolerance
+from strategies.params import gpt_configs, gpt_params
+
+GPT2_VOCAB, GPT2_MAX_LEN = 50_257, 1_024
+# name: ((vocab, d_model, n_layers, max_len, attn_bias), exact count as transformers reports it, tied head counted once)
+KNOWN_COUNTS = {
+    "TinyGPT": ((50, 32, 2, 16, False), 27_328),  # the lesson's model
+    "GPT-2 small": ((GPT2_VOCAB, 768, 12, GPT2_MAX_LEN, True), 124_439_808),
+    "GPT-2 small without attention biases": ((GPT2_VOCAB, 768, 12, GPT2_MAX_LEN, False), 124_402_944),
+    "GPT-2 medium": ((GPT2_VOCAB, 1024, 24, GPT2_MAX_LEN, True), 354_823_168),
+    "GPT-2 large": ((GPT2_VOCAB, 1280, 36, GPT2_MAX_LEN, True), 774_030_080),
+    "GPT-2 XL": ((GPT2_VOCAB, 1600, 48, GPT2_MAX_LEN, True), 1_557_611_200),
+}
+# Float answers to integer arithmetic: a float implementation rounds 2N or 6ND once or twice, at ~1e-16.
+ARITHMETIC = Tolerance(rtol=1e-12, atol=0.0, dtype="float64")
+
+
+def _signature(args):
+    return f"gpt_param_count({', '.join(map(repr, args))})"
+
+
+@invariant(
+    requires=("gpt_param_count",),
+    hint="a part is missing or counted twice: the attention biases (4d per block, which GPT-2 has), the position table "
+         "(max_len·d), the final LayerNorm (2d), or the tied head (V·d, counted once: it is wte)",
+)
+def gpt2_exact_counts(impl, case):
+    """gpt_param_count gives exactly TinyGPT's 27,328 and GPT-2's 124,439,808 (124,402,944 without attention biases), 354,823,168, 774,030,080 and 1,557,611,200."""
+    for name, (args, count) in KNOWN_COUNTS.items():
+        assert_value(impl.gpt_param_count(*args), count, f"parameter count of {name}", _signature(args))
+
+
+def _tree_sizes(params):
+    """Array sizes of a params tree, by part."""
+    return {
+        "wte": params["wte"].size,
+        "wpe": params["wpe"].size,
+        "blocks": sum(array.size for block in params["blocks"] for array in block.values()),
+        "final norm": params["lnf_g"].size + params["lnf_b"].size,
+    }
+
+
+@invariant(
+    requires=("gpt_param_count",),
+    hint="the count leaves out or double-counts a part of the model: compare it part by part with the params tree "
+         "(wte V·d, wpe max_len·d, 12d² + 13d per block (9d without attention biases), final norm 2d)",
+)
+def count_matches_params_tree(impl, case):
+    """gpt_param_count equals the total size of the params tree the suite feeds gpt_logits, with and without attention biases."""
+    config = case.draw(gpt_configs(min_vocab=1, max_vocab=40, max_max_len=12, min_layers=0, max_layers=3), "config")
+    sizes = _tree_sizes(case.draw(gpt_params(config), "params"))
+    args = (config.vocab, config.d_model, config.n_layers, config.max_len, config.attn_bias)
+    parts = " + ".join(f"{part} {size}" for part, size in sizes.items())
+    assert_value(impl.gpt_param_count(*args), sum(sizes.values()), "parameter count", f"{_signature(args)}; the tree holds {parts}")
+
+
+@invariant(
+    requires=("gpt_param_count",),
+    hint="the count is far from 12·L·d² + V·d: the 12d² per block (4d² attention + 8d² feed-forward) or the tied "
+         "embedding V·d is miscounted (a head counted twice adds V·d, 31% of GPT-2 small)",
+)
+def twelve_l_d_squared_rule(impl, case):
+    """12·L·d² + V·d underestimates every GPT-2's count by less than 0.75% (0.73% for small, which the course rounds to 0.7%)."""
+    for name, ((vocab, d, layers, max_len, bias), _) in KNOWN_COUNTS.items():
+        if not name.startswith("GPT-2"):
+            continue
+        count = float(np.asarray(impl.gpt_param_count(vocab, d, layers, max_len, bias)))
+        rule = 12 * layers * d * d + vocab * d
+        gap = np.asarray((count - rule) / count)  # the positions, biases and norms the rule leaves out
+        what = f"(count - (12·L·d² + V·d)) / count for {name}"
+        assert_where((gap > 0) & (gap < 0.0075), gap, what, "in (0, 0.0075)", _signature((vocab, d, layers, max_len, bias)))
+
+
+@invariant(
+    requires=("inference_flops_per_token",),
+    hint="generating one token costs one multiply and one add per weight: 2·N, not N or 6·N",
+)
+def inference_flops_rule(impl, case):
+    """inference_flops_per_token(N) = 2·N (a 7B model: 1.4e10 per token)."""
+    n_params = case.draw(st.one_of(st.just(7e9), st.integers(1, 10**12)), "N")
+    got = np.asarray(impl.inference_flops_per_token(n_params), dtype=np.float64)
+    assert_close(got, 2.0 * n_params, "inference FLOPs per token", ARITHMETIC, f"inference_flops_per_token({n_params!r})")
+
+
+@invariant(
+    requires=("training_flops",),
+    hint="training counts the forward pass only (2·N·D): the backward pass costs twice the forward, so training is 6·N·D",
+)
+def training_flops_rule(impl, case):
+    """training_flops(N, D) = 6·N·D (GPT-3, 175e9 parameters on 300e9 tokens: 3.15e23)."""
+    n_params, n_tokens = case.draw(st.one_of(st.just((175e9, 300e9)), st.tuples(st.integers(1, 10**9), st.integers(1, 10**9))), "(N, D)")
+    got = np.asarray(impl.training_flops(n_params, n_tokens), dtype=np.float64)
+    expected = 6 * n_params * n_tokens  # integers below 2**63, so an int64 answer is exact too; 3.15e23 for GPT-3
+    assert_close(got, float(expected), "training FLOPs", ARITHMETIC, f"training_flops({n_params!r}, {n_tokens!r})")
+
+
+@invariant(
+    requires=("moe_n_params", "moe_active_params"),
+    hint="the active count includes every expert instead of the k chosen, the router (d·E, no bias) is left out, "
+         "or an expert is not a 4× feed-forward network of 8d² + 5d",
+)
+def moe_known_counts(impl, case):
+    """At d 16 with 8 experts the layer has 17,152 parameters and a token with k = 2 uses 4,384; one expert at d 8 is 552 + the router's 8."""
+    assert_value(impl.moe_n_params(16, 8), 17_152, "moe_n_params", "moe_n_params(16, 8)")
+    assert_value(impl.moe_active_params(16, 8, 2), 4_384, "moe_active_params", "moe_active_params(16, 8, 2)")
+    assert_value(impl.moe_n_params(8, 1) - 8, 552, "moe_n_params(8, 1) - 8 (one feed-forward network)", "moe_n_params(8, 1)")
+
+
+@invariant(
+    requires=("moe_n_params", "moe_active_params"),
+    hint="the MoE count is not router + experts: a (d, E) router and E feed-forward networks of 8d² + 5d each, "
+         "of which a token uses k",
+)
+def moe_counts_by_part(impl, case):
+    """moe_n_params(d, E) = d·E + E·(8d² + 5d) and moe_active_params(d, E, k) = d·E + k·(8d² + 5d)."""
+    d = case.draw(st.integers(1, 512), "d")
+    n_experts = case.draw(st.integers(1, 64), "E")
+    k = case.draw(st.integers(1, n_experts), "k")
+    expert = 8 * d * d + 5 * d  # W1 (d, 4d), b1, W2 (4d, d), b2
+    router = d * n_experts
+    assert_value(impl.moe_n_params(d, n_experts), router + n_experts * expert, "moe_n_params", f"moe_n_params({d}, {n_experts})")
+    assert_value(impl.moe_active_params(d, n_experts, k), router + k * expert, "moe_active_params", f"moe_active_params({d}, {n_experts}, {k})")

@@ -1,1 +1,157 @@
-"""Invariants of model (being written)."""
+"""Invariants of gpt_logits: causality, prefixes, the tied output, the final norm, positions, refusals, the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
+from invariants.block import EPS, silenced
+from invariants.protocol import ImplementationError
+from invariants.reference_check import assert_agrees_with_reference
+from invariants.registry import invariant
+from strategies.core import float_arrays
+from strategies.params import gpt_configs, gpt_params, token_ids
+
+
+def _model_case(case, *, min_seq=1, spare_positions=0):
+    """Draw a config, its params and ids (B, T) with T <= max_len - spare_positions."""
+    config = case.draw(gpt_configs(min_max_len=min_seq + spare_positions), "config")
+    params = case.draw(gpt_params(config), "params")
+    ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_seq, max_seq=config.max_len - spare_positions), "ids")
+    return config, params, ids
+
+
+def _logits(impl, config, ids, params, call):
+    """impl.gpt_logits(ids, params, n_heads), checked to be (B, T, V)."""
+    return assert_shape(impl.gpt_logits(ids, params, config.n_heads), (*ids.shape, config.vocab), "logits", call)
+
+
+@invariant(
+    requires=("gpt_logits",),
+    hint="the blocks run without the causal mask (causal=False passed, or the mask built for the wrong positions): "
+         "a token's logits may not see the tokens after it",
+)
+def causal_non_leakage(impl, case):
+    """Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal."""
+    config, params, ids = _model_case(case, min_seq=2)
+    j = case.draw(st.integers(1, ids.shape[1] - 1), "j (first changed position)")
+    shift = case.draw(st.integers(1, config.vocab - 1), "id shift")
+    changed = ids.copy()
+    changed[:, j:] = (ids[:, j:] + shift) % config.vocab  # every id from j on changes
+    call = f"gpt_logits(ids, params, n_heads={config.n_heads}) with ids[:, {j}:] changed"
+    before = _logits(impl, config, ids, params, call)
+    after = _logits(impl, config, changed, params, call)
+    # Exact: a masked attention weight is exactly 0, so no bit of a future token reaches the past (perturbing, not truncating).
+    assert_equal(after[:, :j], before[:, :j], f"logits at positions < {j}", call)
+
+
+@invariant(
+    requires=("gpt_logits",),
+    hint="the logits of a position depend on the sequence's length: the position table is indexed from the end, "
+         "or the mask is built for another length",
+)
+def prefix_consistency(impl, case):
+    """The logits of the first j tokens alone equal the first j positions of the full sequence's logits, to rounding.
+
+    Not bitwise: a shorter sequence has other shapes, and other shapes take other kernels and
+    summation orders (transformers' GPT-2 and torch's attention differ by ~1e-7 when truncated).
+    """
+    config, params, ids = _model_case(case)
+    j = case.draw(st.integers(1, ids.shape[1]), "j (prefix length)")
+    call = f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads}) vs gpt_logits(ids, ...)[:, :{j}]"
+    prefix = _logits(impl, config, ids[:, :j], params, call)
+    full = _logits(impl, config, ids, params, call)
+    assert_close(prefix, full[:, :j], "logits of the prefix", impl.tolerance.scaled(2), call)  # both sides rounded
+
+
+@invariant(
+    requires=("gpt_logits", "layer_norm"),
+    hint="the output layer is not the token table transposed (an untied head, a separately initialised projection, "
+         "wpe instead of wte) or the final LayerNorm is skipped: logits = LN_f(h)·wteᵀ",
+)
+def tied_output(impl, case):
+    """With every block silenced (the identity), the logits are layer_norm(wte[ids] + wpe[:T]; lnf_g, lnf_b)·wteᵀ."""
+    config, params, ids = _model_case(case)
+    quiet = {**params, "blocks": [silenced(b, "attention", "feed_forward") for b in params["blocks"]]}
+    call = f"gpt_logits(ids, params with every block silenced (W_o, b_o, W2, b2 = 0), n_heads={config.n_heads})"
+    got = _logits(impl, config, ids, quiet, call)
+    wte, wpe = impl.as_seen(params["wte"]), impl.as_seen(params["wpe"])
+    h = impl.layer_norm(wte[ids] + wpe[: ids.shape[1]], params["lnf_g"], params["lnf_b"], EPS)  # (B, T, d)
+    assert_close(got, h.astype(np.float64) @ wte.T, "logits", impl.tolerance, call)  # (B, T, d) x (d, V): one matmul's rounding
+
+
+@invariant(
+    requires=("gpt_logits",),
+    hint="the final LayerNorm (lnf_g, lnf_b) is skipped, or its gain or bias is not used: "
+         "the head must read LN_f(h), so lnf_g = 0 leaves only lnf_b",
+)
+def final_norm(impl, case):
+    """With lnf_g = 0 the final norm outputs lnf_b at every position, so every position's logits are lnf_b·wteᵀ."""
+    config, params, ids = _model_case(case)
+    call = f"gpt_logits(ids, params with lnf_g = 0, n_heads={config.n_heads})"
+    got = _logits(impl, config, ids, {**params, "lnf_g": np.zeros_like(params["lnf_g"])}, call)
+    expected = impl.as_seen(params["lnf_b"]) @ impl.as_seen(params["wte"]).T  # (d,) x (d, V) -> (V,), at every position
+    assert_close(got, np.broadcast_to(expected, got.shape), "logits", impl.tolerance, call)
+
+
+@invariant(
+    requires=("gpt_logits",),
+    hint="positions are not 0 .. T-1: the position table is indexed from the end (wpe[-T:]) or by token id (wpe[ids])",
+)
+def positions_from_start(impl, case):
+    """A sequence of T tokens uses position rows 0 .. T-1 only: changing the rows of wpe from T on leaves its logits exactly equal."""
+    config, params, ids = _model_case(case, spare_positions=1)
+    T = ids.shape[1]
+    rows = case.draw(float_arrays((config.max_len - T, config.d_model)), "new wpe[T:]")  # (max_len - T, d)
+    changed = params["wpe"].copy()
+    changed[T:] = rows
+    call = f"gpt_logits(ids (T={T}), params with wpe[{T}:] changed (max_len={config.max_len}), n_heads={config.n_heads})"
+    before = _logits(impl, config, ids, params, call)
+    after = _logits(impl, config, ids, {**params, "wpe": changed}, call)
+    assert_equal(after, before, "logits", call)  # exact: the rows read are bitwise the same
+
+
+BAD_INPUTS = ("an id >= vocab", "a negative id", "more tokens than max_len")
+
+
+@invariant(
+    requires=("gpt_logits",),
+    hint="gpt_logits does not check its input: ids outside [0, vocab) (numpy and torch wrap negative indices silently) "
+         "and sequences longer than max_len must raise ValueError, not return or fail in an indexing error",
+)
+def refuses_bad_ids(impl, case):
+    """gpt_logits raises ValueError for an id >= vocab, a negative id, or a sequence longer than max_len."""
+    problem = case.draw(st.sampled_from(BAD_INPUTS), "problem")
+    config = case.draw(gpt_configs(max_layers=1), "config")
+    params = case.draw(gpt_params(config), "params")
+    if problem == "more tokens than max_len":
+        ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=config.max_len + 1, max_seq=config.max_len + 3), "ids")
+    else:
+        ids = case.draw(token_ids(config.vocab, max_batch=2, max_seq=config.max_len), "ids")
+        where = case.draw(st.tuples(st.integers(0, ids.shape[0] - 1), st.integers(0, ids.shape[1] - 1)), "bad id's (row, position)")
+        beyond = case.draw(st.integers(0, 3), "distance outside the vocabulary")
+        ids[where] = config.vocab + beyond if problem == "an id >= vocab" else -1 - beyond
+    call = f"gpt_logits(ids {ids.shape} with {problem} (vocab={config.vocab}, max_len={config.max_len}), params, n_heads={config.n_heads})"
+    try:
+        out = impl.gpt_logits(ids, params, config.n_heads)
+        outcome = f"returned {type(out).__name__} of shape {getattr(out, 'shape', '?')}"
+    except ImplementationError as exc:
+        if isinstance(exc.original, ValueError):
+            return
+        outcome = f"raised {type(exc.original).__name__}"
+    assert_value(outcome, "raised ValueError", "gpt_logits's answer", call)
+
+
+@invariant(
+    requires=("gpt_logits",),
+    hint="the model differs from GPT-2's: ids + positions 0 .. T-1, pre-norm causal blocks, the final LayerNorm, "
+         "the tied head wteᵀ; or a block convention differs (see block.agrees_with_reference)",
+)
+def agrees_with_reference(impl, case):
+    """gpt_logits agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
+    config, params, ids = _model_case(case)
+    call = f"gpt_logits(ids, params, n_heads={config.n_heads})"
+    got = _logits(impl, config, ids, params, call)
+    # Up to two blocks of about eight roundings each, the final norm and the head: 8 × the table.
+    assert_agrees_with_reference(impl, "gpt_logits", (ids, params, config.n_heads), got, "logits", factor=8, call=call)

@@ -22,6 +22,16 @@ def _plain(d):
     return np.ones(d), np.zeros(d)  # gain 1, bias 0
 
 
+def _layer_norm(impl, x, g, b, eps, call):
+    """impl.layer_norm(x, g, b, eps), checked to have x's shape."""
+    return assert_shape(impl.layer_norm(x, g, b, eps), x.shape, "layer_norm output", call)
+
+
+def _rms_norm(impl, x, g, eps, call):
+    """impl.rms_norm(x, g, eps), checked to have x's shape."""
+    return assert_shape(impl.rms_norm(x, g, eps), x.shape, "rms_norm output", call)
+
+
 @invariant(
     requires=("layer_norm",),
     hint="the variance is not the population one (divide by d, not d - 1), or the mean is not subtracted per row",
@@ -31,7 +41,7 @@ def layer_norm_row_statistics(impl, case):
     x = case.draw(norm_rows(), "x")  # (rows, d)
     g, b = _plain(x.shape[-1])
     call = f"layer_norm(x, ones, zeros, {EPS})"
-    y = assert_shape(impl.layer_norm(x, g, b, EPS), x.shape, "layer_norm(x)", call)
+    y = _layer_norm(impl, x, g, b, EPS, call)
     var_in = impl.as_seen(x).var(axis=-1)  # (rows,)
     tol = impl.tolerance.scaled(4).at_scale(1.0)  # statistics of d rounded values of unit size
     assert_close(y.astype(np.float64).mean(axis=-1), 0.0, "row mean of layer_norm(x)", tol, call)
@@ -49,8 +59,8 @@ def layer_norm_scale_law(impl, case):
     c = case.draw(scale_factors(powers_of_two=powers), "c")
     g, b = _plain(x.shape[-1])
     call = f"layer_norm(c·x, ones, zeros, {EPS}) vs sign(c)·layer_norm(x, ones, zeros, {EPS}/c²) with c={c!r}"
-    scaled = impl.layer_norm(c * x, g, b, EPS)
-    expected = np.sign(c) * impl.layer_norm(x, g, b, EPS / c**2)
+    scaled = _layer_norm(impl, c * x, g, b, EPS, call)
+    expected = np.sign(c) * _layer_norm(impl, x, g, b, EPS / c**2, call)
     if powers and _exact_scaling(impl):
         assert_equal(scaled, expected, "layer_norm(c·x)", call)
     else:
@@ -68,7 +78,7 @@ def layer_norm_shift_invariance(impl, case):
     g, b = _plain(x.shape[-1])
     call = f"layer_norm(x + c, ones, zeros, {EPS}) vs layer_norm(x, ones, zeros, {EPS})"
     tol = impl.tolerance.scaled(8)  # x + c rounds with |c| up to 3σ
-    assert_close(impl.layer_norm(x + shift, g, b, EPS), impl.layer_norm(x, g, b, EPS), "layer_norm(x + c)", tol, call)
+    assert_close(_layer_norm(impl, x + shift, g, b, EPS, call), _layer_norm(impl, x, g, b, EPS, call), "layer_norm(x + c)", tol, call)
 
 
 @invariant(
@@ -81,8 +91,8 @@ def layer_norm_affine(impl, case):
     g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
     ones, zeros = _plain(x.shape[-1])
     call = f"layer_norm(x, g, b, {EPS}) vs g·layer_norm(x, ones, zeros, {EPS}) + b"
-    expected = impl.as_seen(g) * impl.layer_norm(x, ones, zeros, EPS).astype(np.float64) + impl.as_seen(b)
-    assert_close(impl.layer_norm(x, g, b, EPS), expected, "layer_norm(x, g, b)", impl.tolerance.scaled(4), call)
+    expected = impl.as_seen(g) * _layer_norm(impl, x, ones, zeros, EPS, call).astype(np.float64) + impl.as_seen(b)
+    assert_close(_layer_norm(impl, x, g, b, EPS, call), expected, "layer_norm(x, g, b)", impl.tolerance.scaled(4), call)
 
 
 @invariant(
@@ -99,7 +109,8 @@ def layer_norm_rows_independent(impl, case):
     g, b = _plain(x.shape[-1])
     keep = np.arange(x.shape[0]) != row
     call = f"layer_norm(x, ones, zeros, {EPS}) with row {row} replaced"
-    before, after = impl.layer_norm(x, g, b, EPS), impl.layer_norm(changed, g, b, EPS)
+    before = _layer_norm(impl, x, g, b, EPS, call)
+    after = _layer_norm(impl, changed, g, b, EPS, call)
     assert_equal(after[keep], before[keep], f"layer_norm output rows other than {row}", call)
 
 
@@ -112,8 +123,9 @@ def layer_norm_known_values(impl, case):
     x = np.array([[1.0, 2.0, 3.0, 4.0]])
     g, b = _plain(4)
     expected = (x - 2.5) / np.sqrt(1.25 + EPS)  # (-1.3416, -0.4472, 0.4472, 1.3416)
-    got = impl.layer_norm(x, g, b, EPS)
-    assert_close(got, expected, "layer_norm([1, 2, 3, 4])", impl.tolerance.scaled(4), f"layer_norm([[1., 2., 3., 4.]], ones, zeros, {EPS})")
+    call = f"layer_norm([[1., 2., 3., 4.]], ones, zeros, {EPS})"
+    got = _layer_norm(impl, x, g, b, EPS, call)
+    assert_close(got, expected, "layer_norm([1, 2, 3, 4])", impl.tolerance.scaled(4), call)
 
 
 @invariant(
@@ -127,8 +139,8 @@ def rms_norm_scale_law(impl, case):
     c = case.draw(scale_factors(powers_of_two=powers), "c")
     ones = np.ones(x.shape[-1])
     call = f"rms_norm(c·x, ones, {EPS}) vs sign(c)·rms_norm(x, ones, {EPS}/c²) with c={c!r}"
-    scaled = impl.rms_norm(c * x, ones, EPS)
-    expected = np.sign(c) * impl.rms_norm(x, ones, EPS / c**2)
+    scaled = _rms_norm(impl, c * x, ones, EPS, call)
+    expected = np.sign(c) * _rms_norm(impl, x, ones, EPS / c**2, call)
     if powers and _exact_scaling(impl):
         assert_equal(scaled, expected, "rms_norm(c·x)", call)
     else:
@@ -147,7 +159,7 @@ def rms_norm_of_centred_is_layer_norm(impl, case):
     centred = seen - seen.mean(axis=-1, keepdims=True)
     call = f"rms_norm(x - mean(x), ones, {EPS}) vs layer_norm(x, ones, zeros, {EPS})"
     tol = impl.tolerance.scaled(8)  # the centring is rounded by the caller, not inside the function
-    assert_close(impl.rms_norm(centred, g, EPS), impl.layer_norm(x, g, b, EPS), "rms_norm(x - mean(x))", tol, call)
+    assert_close(_rms_norm(impl, centred, g, EPS, call), _layer_norm(impl, x, g, b, EPS, call), "rms_norm(x - mean(x))", tol, call)
 
 
 @invariant(
@@ -158,8 +170,9 @@ def layer_norm_agrees_with_reference(impl, case):
     """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
     x = case.draw(norm_rows(), "x")
     g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
-    got = impl.layer_norm(x, g, b, EPS)
-    assert_agrees_with_reference(impl, "layer_norm", (x, g, b, EPS), got, "layer_norm(x, g, b)", factor=4, call=f"layer_norm(x, g, b, {EPS})")
+    call = f"layer_norm(x, g, b, {EPS})"
+    got = _layer_norm(impl, x, g, b, EPS, call)
+    assert_agrees_with_reference(impl, "layer_norm", (x, g, b, EPS), got, "layer_norm(x, g, b)", factor=4, call=call)
 
 
 @invariant(
@@ -170,5 +183,6 @@ def rms_norm_agrees_with_reference(impl, case):
     """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
     x = case.draw(norm_rows(), "x")
     g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
-    got = impl.rms_norm(x, g, EPS)
-    assert_agrees_with_reference(impl, "rms_norm", (x, g, EPS), got, "rms_norm(x, g)", factor=4, call=f"rms_norm(x, g, {EPS})")
+    call = f"rms_norm(x, g, {EPS})"
+    got = _rms_norm(impl, x, g, EPS, call)
+    assert_agrees_with_reference(impl, "rms_norm", (x, g, EPS), got, "rms_norm(x, g)", factor=4, call=call)

@@ -14,8 +14,8 @@ can be used inside anyone's own hypothesis test.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 # One module per component, in the order a lesson meets them.
 COMPONENTS = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "counts", "course")

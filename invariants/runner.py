@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from hypothesis import given, seed as hypothesis_seed, strategies as st
+from hypothesis import given
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 
 from invariants.asserts import InvariantViolation
 from invariants.protocol import ImplementationError, OutputError

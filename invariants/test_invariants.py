@@ -13,7 +13,11 @@ from invariants.runner import InvariantFailure, InvariantSkipped, run_invariant
 def test_invariant(inv, impl):
     try:
         run_invariant(inv, impl)
+        return
     except InvariantSkipped as exc:
-        pytest.skip(str(exc))
+        skipped, failed = str(exc), None
     except InvariantFailure as exc:
-        pytest.fail(str(exc), pytrace=False)
+        skipped, failed = None, str(exc)
+    if skipped:  # raised outside the except blocks, so no chained traceback is printed
+        pytest.skip(skipped)
+    pytest.fail(failed, pytrace=False)

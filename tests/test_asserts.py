@@ -1,0 +1,76 @@
+"""The assertion helpers: each fails when it should, and its message follows the one grammar."""
+
+import numpy as np
+import pytest
+
+from invariants.asserts import (
+    InvariantViolation,
+    assert_close,
+    assert_equal,
+    assert_finite,
+    assert_shape,
+    assert_value,
+    assert_where,
+)
+from invariants.tolerance import Tolerance, tolerance_for
+
+
+def message_of(fn, *args, **kwargs):
+    with pytest.raises(InvariantViolation) as failure:
+        fn(*args, **kwargs)
+    return str(failure.value)
+
+
+def test_equal_passes_on_equal_arrays_and_signed_zeros():
+    assert_equal(np.array([0.0, 1.5]), np.array([-0.0, 1.5]), "out")
+
+
+def test_equal_reports_the_worst_element_with_its_index():
+    got = np.array([[1.0, 2.0], [3.0, 4.5]])
+    text = message_of(assert_equal, got, np.array([[1.0, 2.0], [3.0, 4.0]]), "out", "f(x)")
+    assert text.splitlines()[0] == "out=different values, but should be exactly equal (bitwise, == per element) [f(x)]"
+    assert "mismatched 1 of 4 elements (25.0%)" in text
+    assert "worst at index (1, 1): got 4.5, expected 4" in text
+    assert "max abs error 0.5" in text
+
+
+def test_equal_never_accepts_nan_even_against_nan():
+    text = message_of(assert_equal, np.array([np.nan]), np.array([np.nan]), "out")
+    assert text.startswith("out[0]=nan, but should be finite")
+    text = message_of(assert_equal, np.array([1.0]), np.array([np.nan]), "out")
+    assert text.startswith("the value out is compared with[0]=nan, but should be finite")
+
+
+def test_equal_reports_a_shape_mismatch():
+    text = message_of(assert_equal, np.zeros((2, 3)), np.zeros((3, 2)), "out")
+    assert text.startswith("shape of out=(2, 3), but should be (3, 2)")
+
+
+def test_close_states_the_tolerance_and_the_errors():
+    tol = Tolerance(1e-3, 1e-6, "float32")
+    assert_close(np.array([1.0005]), np.array([1.0]), "y", tol)
+    text = message_of(assert_close, np.array([1.0, 1.1]), np.array([1.0, 1.0]), "y", tol, "g(x)")
+    assert text.splitlines()[0].endswith("within atol=1e-06 + rtol=0.001·|expected| (float32) [g(x)]")
+    assert "worst at index (1,): got 1.1, expected 1" in text
+    assert "max rel error 0.1" in text
+
+
+def test_close_fails_on_nan_naming_its_index():
+    text = message_of(assert_close, np.array([1.5, np.nan]), np.array([1.0, 1.0]), "y", tolerance_for("float64"))
+    assert text.startswith("y[1]=nan, but should be finite")
+
+
+def test_sixteen_bit_tolerances_are_normwise():
+    tol = tolerance_for("bfloat16")
+    assert_close(np.array([100.0, 0.5]), np.array([100.0, 0.0]), "y", tol)  # 0.5 <= 1.6e-2 · 100
+    assert "rtol=0.016·max|expected|" in str(tol)
+
+
+def test_shape_finite_where_and_value():
+    assert message_of(assert_shape, np.zeros(3), (4,), "out").startswith("shape of out=(3,), but should be (4,)")
+    assert message_of(assert_shape, [1, 2], (2,), "out").startswith("type of out=list, but should be an array")
+    text = message_of(assert_finite, np.array([1.0, np.inf, np.nan]), "out")
+    assert text.startswith("out[1]=inf, but should be finite") and "2 of 3 elements are not finite" in text
+    text = message_of(assert_where, np.array([True, False]), np.array([0.5, -0.25]), "weights", ">= 0")
+    assert text.startswith("weights[1]=-0.25, but should be >= 0")
+    assert message_of(assert_value, np.asarray(7), 8, "count").startswith("count=7, but should be 8")

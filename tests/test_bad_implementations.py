@@ -1,0 +1,95 @@
+"""Bad --impl targets: each gives a one-line diagnosis per invariant, never a crash of the run or a pass."""
+
+import textwrap
+
+import pytest
+
+NORMS = textwrap.dedent(
+    """
+    import numpy as np
+    BACKEND = "numpy"
+
+    def rms_norm(x, gain, eps=1e-5):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * gain
+    """
+)
+
+CASES = {
+    # name: (module source or None for a missing file, expected text in every failing test's message)
+    "missing_file": (None, "cannot use --impl {path}: no file or folder"),
+    "syntax_error": ("def layer_norm(x:\n", "importing '{path}' raised SyntaxError"),
+    "no_protocol": ("BACKEND = 'numpy'\ndef helper():\n    return 1\n", "provides none of the protocol functions"),
+    "no_backend": ("def layer_norm(x, gain, bias, eps):\n    return x\n", "does not say its backend"),
+    "wrong_signature": (NORMS + "def layer_norm(x):\n    return x\n", "layer_norm(x) cannot be called as layer_norm(x, gain, bias, eps)"),
+    "wrong_shape": (NORMS + "def layer_norm(x, gain, bias, eps):\n    return x[..., :1]\n", "shape of layer_norm output="),
+    "returns_none": (NORMS + "def layer_norm(x, gain, bias, eps):\n    return None\n", "layer_norm returned a builtins.NoneType, not an array"),
+    "nan_output": (NORMS + "def layer_norm(x, gain, bias, eps):\n    return x * np.nan\n", "=nan, but should be finite"),
+    "raises": (NORMS + "def layer_norm(x, gain, bias, eps):\n    return 1 / 0\n", "layer_norm raised ZeroDivisionError: division by zero (at "),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_implementation_fails_every_layer_norm_invariant_with_a_one_line_reason(pytester, name):
+    source, expected = CASES[name]
+    path = pytester.path / f"{name}.py"
+    if source is not None:
+        path.write_text(source)
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "invariants", "--impl", str(path), "-k", "layer_norm", "--hypothesis-profile=ci", "-p", "no:cacheprovider", "-rfE"
+    )
+    outcomes = result.parseoutcomes()
+    output = result.stdout.str()
+    n_bad = outcomes.get("failed", 0) + outcomes.get("errors", 0)
+    assert outcomes.get("passed", 0) == 0 and n_bad >= 7, output
+    assert output.count(expected.format(path=path)) >= n_bad, output  # one diagnosis per invariant
+    assert "Traceback" not in output
+
+
+def test_partial_implementation_runs_what_it_has_and_says_what_it_skipped(pytester):
+    path = pytester.path / "partial.py"
+    path.write_text(NORMS)
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", str(path), "-k", "norms", "--hypothesis-profile=ci", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] == 2  # rms_norm's scale law and its agreement with the reference
+    assert outcomes["skipped"] >= 7
+    result.stdout.fnmatch_lines([f"*{path} does not provide layer_norm (protocol v1)*"])
+
+
+def test_module_object_target_and_dtype_options(pytester):
+    path = pytester.path / "classy.py"
+    path.write_text(textwrap.dedent(
+        """
+        import numpy as np
+
+        class Norms:
+            BACKEND = "numpy"
+
+            @staticmethod
+            def rms_norm(x, gain, eps=1e-5):
+                return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * gain
+        """
+    ))
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "invariants", "--impl", f"{path}:Norms", "--impl-dtype", "float32", "-k", "rms_norm_scale", "--hypothesis-profile=ci"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*implementation {path}:Norms (numpy, cpu, float32)*"])
+
+
+def test_cuda_request_without_a_gpu_skips_loudly(pytester):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the CUDA run is exercised for real by tox -e torch-cuda")
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "reference.torch", "--impl-device", "cuda", "-k", "norms", "-rs")
+    outcomes = result.parseoutcomes()
+    assert "passed" not in outcomes and outcomes["skipped"] >= 8
+    result.stdout.fnmatch_lines(["WARNING: --impl-device cuda requested, but torch.cuda.is_available() is False*every invariant will be SKIPPED"])
+
+
+def test_unknown_profile_is_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("TI_PROFILE", "fast")
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "-k", "norms")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*TI_PROFILE='fast' is not one of dev, ci, thorough*"])
