@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies._validation import check_choice, check_float, check_int_range, check_order
+from strategies._validation import check_choice, check_float, check_int, check_int_range, check_order
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -26,8 +26,7 @@ def float_arrays(shape, *, min_scale=1.0, max_scale=1.0):
     """float64 arrays of `shape`, standard normal times a scale drawn from [min_scale, max_scale]."""
     shape = tuple(shape)
     for i, size in enumerate(shape):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ValueError(f"shape[{i}]={size!r} must be a non-negative int")
+        check_int(f"shape[{i}]", size, low=0)
     check_float("min_scale", min_scale, positive=True)
     check_float("max_scale", max_scale, positive=True)
     check_order("min_scale", min_scale, "max_scale", max_scale)

@@ -1,0 +1,83 @@
+"""Benchmark: how long the invariant suite takes, and how many examples per second each component runs.
+
+    python benchmarks/suite_speed.py                 # ci profile: pytest wall times + examples/s
+    python benchmarks/suite_speed.py --profile thorough --skip-pytest
+
+Prints figures; asserts nothing (speed targets live here, not in timed tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+from hypothesis import settings
+
+import invariants.plugin  # noqa: F401  (registers the profiles)
+from invariants import all_invariants, load_implementation, run_invariant
+from invariants.runner import InvariantFailure, InvariantSkipped
+
+TARGETS = ("reference.numpy", "reference.torch")
+
+
+def pytest_wall_times(profile):
+    """Wall time of `pytest invariants` per target, serial and with -n 2."""
+    rows = []
+    for target in TARGETS:
+        for workers in ((), ("-n", "2")):
+            command = [sys.executable, "-m", "pytest", "invariants", "-q", "-p", "no:cacheprovider", "--impl", target,
+                       f"--hypothesis-profile={profile}", *workers]
+            start = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True)
+            summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
+            rows.append((target, " ".join(workers) or "serial", time.perf_counter() - start, summary))
+    return rows
+
+
+def examples_per_second(profile):
+    """Per target and component: invariants run, examples, seconds, examples per second."""
+    chosen = settings.get_profile(profile)
+    table = defaultdict(lambda: [0, 0, 0.0, 0])  # (target, component) -> [invariants, examples, seconds, failures]
+    for target in TARGETS:
+        impl = load_implementation(target)
+        for inv in all_invariants():
+            start = time.perf_counter()
+            try:
+                examples = run_invariant(inv, impl, settings=chosen)
+            except InvariantSkipped:
+                continue
+            except InvariantFailure:
+                examples = 0
+                table[(target, inv.component)][3] += 1
+            row = table[(target, inv.component)]
+            row[0] += 1
+            row[1] += examples
+            row[2] += time.perf_counter() - start
+    return table
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="ci", choices=("dev", "ci", "thorough"))
+    parser.add_argument("--skip-pytest", action="store_true", help="only the in-process examples/s table")
+    args = parser.parse_args(argv)
+    if not args.skip_pytest:
+        print(f"pytest invariants, profile {args.profile}")
+        print(f"{'target':18} {'workers':8} {'wall s':>8}  result")
+        for target, workers, seconds, summary in pytest_wall_times(args.profile):
+            print(f"{target:18} {workers:8} {seconds:8.1f}  {summary}")
+        print()
+    print(f"in-process run_invariant, profile {args.profile}")
+    print(f"{'target':18} {'component':13} {'invariants':>10} {'examples':>9} {'seconds':>8} {'examples/s':>10} {'failures':>8}")
+    totals = [0, 0, 0.0, 0]
+    for (target, component), (n_inv, examples, seconds, failures) in examples_per_second(args.profile).items():
+        print(f"{target:18} {component:13} {n_inv:10d} {examples:9d} {seconds:8.2f} {examples / max(seconds, 1e-9):10.0f} {failures:8d}")
+        totals = [totals[0] + n_inv, totals[1] + examples, totals[2] + seconds, totals[3] + failures]
+    print(f"{'total':32} {totals[0]:10d} {totals[1]:9d} {totals[2]:8.2f} {totals[1] / max(totals[2], 1e-9):10.0f} {totals[3]:8d}")
+
+
+if __name__ == "__main__":
+    main()

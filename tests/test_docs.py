@@ -1,0 +1,35 @@
+"""The README's invariant list and the protocol document stay in sync with the code."""
+
+import re
+from pathlib import Path
+
+from invariants.__main__ import BEGIN, END, catalogue_markdown
+from invariants.protocol import FUNCTIONS
+from invariants.registry import COMPONENTS, all_invariants
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_lists_exactly_the_registered_invariants():
+    readme = (ROOT / "README.md").read_text()
+    listed = readme.split(BEGIN)[1].split(END)[0].strip()
+    assert listed == catalogue_markdown().strip(), "README is out of date: paste the output of `python -m invariants`"
+
+
+def test_every_component_has_invariants_with_a_statement_and_a_hint():
+    invariants = all_invariants()
+    assert {inv.component for inv in invariants} == set(COMPONENTS)
+    for inv in invariants:
+        assert inv.statement.endswith(".") and len(inv.hint) > 20, inv.name
+        assert set(inv.requires) <= set(FUNCTIONS), inv.name
+
+
+def test_protocol_document_names_every_function():
+    documented = set(re.findall(r"`(\w+)\(", (ROOT / "docs" / "protocol.md").read_text()))
+    assert set(FUNCTIONS) <= documented, sorted(set(FUNCTIONS) - documented)
+
+
+def test_readme_commands_are_what_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python -m pip install tox && tox -e lint,tests" in readme and "python -m pip install tox && tox -e lint,tests" in ci
