@@ -162,7 +162,8 @@ class Implementation:
         unknown = sorted(set(functions) - set(FUNCTIONS))
         if unknown:
             raise ImplementationLoadError(f"{', '.join(unknown)} are not protocol functions; see invariants.protocol.FUNCTIONS")
-        return cls(type("Functions", (), {k: staticmethod(v) for k, v in functions.items()}), label=label, backend=backend, device=device, dtype=dtype)
+        namespace = type("Functions", (), {k: staticmethod(v) for k, v in functions.items()})
+        return cls(namespace, label=label, backend=backend, device=device, dtype=dtype)
 
     def __repr__(self):
         return f"{self.label} ({self.backend}, {self.device}, {self.dtype})"

@@ -3,7 +3,10 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from invariants.__main__ import BEGIN, END, catalogue_markdown
+from invariants.asserts import InvariantViolation
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
 
@@ -33,3 +36,23 @@ def test_readme_commands_are_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python -m pip install tox && tox -e lint,tests" in readme and "python -m pip install tox && tox -e lint,tests" in ci
+
+
+def test_readme_example_runs_and_catches_a_leak():
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("## Use the strategies and checks in your own tests")[1].split("```python")[1].split("```")[0]
+    correct = example.replace("from my_model import attention", "from reference.torch import attention")
+    leaky = example.replace(
+        "from my_model import attention",
+        "import reference.torch as R\n"
+        "def attention(x, W_q, W_k, W_v, W_o, n_heads, causal):\n"
+        "    return R.attention(x, W_q, W_k, W_v, W_o, n_heads, False)  # ignores the mask",
+    )
+    namespace = {}
+    exec(compile(correct, "README example", "exec"), namespace)
+    namespace["test_my_attention_does_not_leak"]()
+
+    namespace = {}
+    exec(compile(leaky, "README example, leaky", "exec"), namespace)
+    with pytest.raises(InvariantViolation, match="should be exactly equal"):
+        namespace["test_my_attention_does_not_leak"]()
