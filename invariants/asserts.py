@@ -27,6 +27,11 @@ def _index(flat_index, shape):
     return tuple(int(i) for i in np.unravel_index(flat_index, shape)) if shape else ()
 
 
+def _at(what, index):
+    """what[i, j], or just what for a 0-d array."""
+    return f"{what}[{', '.join(map(str, index))}]" if index else what
+
+
 def _fail(what, got, expected, call, details=()):
     suffix = f" [{call}]" if call else ""
     lines = [f"{what}={got}, but should be {expected}{suffix}", *details]
@@ -75,7 +80,7 @@ def assert_finite(actual, what, call=None):
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         _fail(
-            f"{what}[{', '.join(map(str, _index(first, actual.shape)))}]",
+            _at(what, _index(first, actual.shape)),
             _fmt(actual.flat[first]),
             "finite",
             call,
@@ -138,7 +143,7 @@ def assert_where(condition, actual, what, expected, call=None):
     bad = ~condition
     first = int(np.flatnonzero(bad)[0])
     index = _index(first, actual.shape)
-    _fail(f"{what}[{', '.join(map(str, index))}]", _fmt(actual.flat[first]), expected, call,
+    _fail(_at(what, index), _fmt(actual.flat[first]), expected, call,
           [f"  {int(bad.sum())} of {actual.size} elements violate it ({100 * bad.sum() / actual.size:.1f}%)"])
 
 

@@ -34,7 +34,8 @@ def _signature(args):
          "(max_len·d), the final LayerNorm (2d), or the tied head (V·d, counted once: it is wte)",
 )
 def gpt2_exact_counts(impl, case):
-    """gpt_param_count gives exactly TinyGPT's 27,328 and GPT-2's 124,439,808 (124,402,944 without attention biases), 354,823,168, 774,030,080 and 1,557,611,200."""
+    """gpt_param_count is exact: TinyGPT 27,328; GPT-2 small 124,439,808 (124,402,944 without attention biases),
+    medium 354,823,168, large 774,030,080 and XL 1,557,611,200."""
     for name, (args, count) in KNOWN_COUNTS.items():
         assert_value(impl.gpt_param_count(*args), count, f"parameter count of {name}", _signature(args))
 
@@ -70,14 +71,13 @@ def count_matches_params_tree(impl, case):
 )
 def twelve_l_d_squared_rule(impl, case):
     """12·L·d² + V·d underestimates every GPT-2's count by less than 0.75% (0.73% for small, which the course rounds to 0.7%)."""
-    for name, ((vocab, d, layers, max_len, bias), _) in KNOWN_COUNTS.items():
-        if not name.startswith("GPT-2"):
-            continue
-        count = float(np.asarray(impl.gpt_param_count(vocab, d, layers, max_len, bias)))
-        rule = 12 * layers * d * d + vocab * d
-        gap = np.asarray((count - rule) / count)  # the positions, biases and norms the rule leaves out
-        what = f"(count - (12·L·d² + V·d)) / count for {name}"
-        assert_where((gap > 0) & (gap < 0.0075), gap, what, "in (0, 0.0075)", _signature((vocab, d, layers, max_len, bias)))
+    sizes = {name: args for name, (args, _) in KNOWN_COUNTS.items() if name.startswith("GPT-2") and args[4]}
+    counts = np.array([float(np.asarray(impl.gpt_param_count(*args))) for args in sizes.values()])  # (4,)
+    rules = np.array([12 * layers * d * d + vocab * d for vocab, d, layers, _, _ in sizes.values()], dtype=np.float64)  # (4,)
+    gaps = (counts - rules) / counts  # the positions, biases and norms the rule leaves out
+    what = f"(count - (12·L·d² + V·d)) / count for {', '.join(sizes)}"
+    call = "; ".join(_signature(args) for args in sizes.values())
+    assert_where((gaps > 0) & (gaps < 0.0075), gaps, what, "in (0, 0.0075)", call)
 
 
 @invariant(

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
-from invariants.block import EPS, silenced
+from invariants.block import EPS, silenced, wide_in_16_bits
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
@@ -14,9 +14,10 @@ from strategies.core import float_arrays
 from strategies.params import gpt_configs, gpt_params, token_ids
 
 
-def _model_case(case, *, min_seq=1, spare_positions=0):
-    """Draw a config, its params and ids (B, T) with T <= max_len - spare_positions."""
-    config = case.draw(gpt_configs(min_max_len=min_seq + spare_positions), "config")
+def _model_case(case, *, min_seq=1, spare_positions=0, wide=False):
+    """Draw a config, its params and ids (B, T) with T <= max_len - spare_positions; wide=True keeps d_model and vocab >= 8."""
+    widths = dict(min_heads=2, min_d_head=4, min_vocab=8) if wide else {}
+    config = case.draw(gpt_configs(min_max_len=min_seq + spare_positions, **widths), "config")
     params = case.draw(gpt_params(config), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_seq, max_seq=config.max_len - spare_positions), "ids")
     return config, params, ids
@@ -25,6 +26,16 @@ def _model_case(case, *, min_seq=1, spare_positions=0):
 def _logits(impl, config, ids, params, call):
     """impl.gpt_logits(ids, params, n_heads), checked to be (B, T, V)."""
     return assert_shape(impl.gpt_logits(ids, params, config.n_heads), (*ids.shape, config.vocab), "logits", call)
+
+
+def _head_tolerance(impl, h, wte):
+    """The dtype tolerance for logits h·wteᵀ, with room for the head's one matmul.
+
+    A dot product's rounding error is relative to the sum of its terms' sizes Σ|h_i·w_i|, not to its
+    value, which cancellation can make small (with 2 logits both can be, and a norm-wise tolerance
+    relative to the largest logit is then tighter than the arithmetic allows).
+    """
+    return impl.tolerance.at_scale(float((np.abs(h) @ np.abs(wte).T).max()))  # (..., d) x (d, V) -> (..., V)
 
 
 @invariant(
@@ -77,8 +88,8 @@ def tied_output(impl, case):
     call = f"gpt_logits(ids, params with every block silenced (W_o, b_o, W2, b2 = 0), n_heads={config.n_heads})"
     got = _logits(impl, config, ids, quiet, call)
     wte, wpe = impl.as_seen(params["wte"]), impl.as_seen(params["wpe"])
-    h = impl.layer_norm(wte[ids] + wpe[: ids.shape[1]], params["lnf_g"], params["lnf_b"], EPS)  # (B, T, d)
-    assert_close(got, h.astype(np.float64) @ wte.T, "logits", impl.tolerance, call)  # (B, T, d) x (d, V): one matmul's rounding
+    h = impl.layer_norm(wte[ids] + wpe[: ids.shape[1]], params["lnf_g"], params["lnf_b"], EPS).astype(np.float64)  # (B, T, d)
+    assert_close(got, h @ wte.T, "logits", _head_tolerance(impl, h, wte), call)  # (B, T, d) x (d, V) -> (B, T, V)
 
 
 @invariant(
@@ -91,8 +102,9 @@ def final_norm(impl, case):
     config, params, ids = _model_case(case)
     call = f"gpt_logits(ids, params with lnf_g = 0, n_heads={config.n_heads})"
     got = _logits(impl, config, ids, {**params, "lnf_g": np.zeros_like(params["lnf_g"])}, call)
-    expected = impl.as_seen(params["lnf_b"]) @ impl.as_seen(params["wte"]).T  # (d,) x (d, V) -> (V,), at every position
-    assert_close(got, np.broadcast_to(expected, got.shape), "logits", impl.tolerance, call)
+    b, wte = impl.as_seen(params["lnf_b"]), impl.as_seen(params["wte"])
+    expected = b @ wte.T  # (d,) x (d, V) -> (V,), at every position
+    assert_close(got, np.broadcast_to(expected, got.shape), "logits", _head_tolerance(impl, b, wte), call)
 
 
 @invariant(
@@ -149,9 +161,15 @@ def refuses_bad_ids(impl, case):
          "the tied head wteᵀ; or a block convention differs (see block.agrees_with_reference)",
 )
 def agrees_with_reference(impl, case):
-    """gpt_logits agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
-    config, params, ids = _model_case(case)
+    """gpt_logits agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
+
+    In float16 and bfloat16 the model is drawn with d_model >= 8, where its LayerNorms are
+    well-conditioned (see invariants.block.wide_in_16_bits), and vocab >= 8: the tolerance there is
+    relative to the largest logit, and a handful of logits can all be small by cancellation.
+    """
+    config, params, ids = _model_case(case, wide=wide_in_16_bits(impl))
     call = f"gpt_logits(ids, params, n_heads={config.n_heads})"
     got = _logits(impl, config, ids, params, call)
-    # Up to two blocks of about eight roundings each, the final norm and the head: 8 × the table.
+    # Up to two blocks, the final norm and the head: 8 × the table. Measured on reference.torch over 5,400 such
+    # models, the worst was 4.6× in float16 and 1.8× in bfloat16.
     assert_agrees_with_reference(impl, "gpt_logits", (ids, params, config.n_heads), got, "logits", factor=8, call=call)

@@ -1,1 +1,39 @@
-"""Broken counts (being written)."""
+"""Broken arithmetic: parts of the model left out or counted twice, 6ND written as 2ND, every expert counted as active."""
+
+from mutants import mutant
+from reference.counts import feed_forward_params
+
+
+def _count(vocab, d, n_layers, max_len, attn_bias, *, positions=True, final_norm=True, biases=True, head=0):
+    per_block = 12 * d * d + 9 * d + (4 * d if attn_bias and biases else 0)  # matrices, FFN biases and two norms (+ attention biases)
+    return vocab * d + (max_len * d if positions else 0) + n_layers * per_block + (2 * d if final_norm else 0) + head
+
+
+@mutant(replaces="gpt_param_count", killed_by="counts.gpt2_exact_counts", bug="the attention biases are not counted")
+def no_attention_biases_count(vocab, d_model, n_layers, max_len, attn_bias=True):
+    return _count(vocab, d_model, n_layers, max_len, attn_bias, biases=False)
+
+
+@mutant(replaces="gpt_param_count", killed_by="counts.gpt2_exact_counts", bug="the position table is not counted")
+def no_positions_count(vocab, d_model, n_layers, max_len, attn_bias=True):
+    return _count(vocab, d_model, n_layers, max_len, attn_bias, positions=False)
+
+
+@mutant(replaces="gpt_param_count", killed_by="counts.count_matches_params_tree", bug="the final LayerNorm is not counted")
+def no_final_norm_count(vocab, d_model, n_layers, max_len, attn_bias=True):
+    return _count(vocab, d_model, n_layers, max_len, attn_bias, final_norm=False)
+
+
+@mutant(replaces="gpt_param_count", killed_by="counts.twelve_l_d_squared_rule", bug="the tied head is counted a second time (V·d)")
+def untied_head_count(vocab, d_model, n_layers, max_len, attn_bias=True):
+    return _count(vocab, d_model, n_layers, max_len, attn_bias, head=vocab * d_model)
+
+
+@mutant(replaces="training_flops", killed_by="counts.training_flops_rule", bug="6ND written as 2ND (the backward pass left out)")
+def forward_only_training_flops(n_params, n_tokens):
+    return 2 * n_params * n_tokens
+
+
+@mutant(replaces="moe_active_params", killed_by="counts.moe_known_counts", bug="every expert counted as active, not the k chosen")
+def all_experts_active_params(d_model, n_experts, k):
+    return d_model * n_experts + n_experts * feed_forward_params(d_model)

@@ -1,0 +1,184 @@
+"""invariants-gate: grade a submission (or a folder of them) against an assignment file.
+
+    invariants-gate student.zip -a assignments/p01.toml -o reports/
+    invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --jobs 2
+    invariants-gate my_code/ -a assignments/p01.toml --visible-only      # a student's preview
+
+Exit codes: 0 passed, 1 failed, 2 usage or assignment-file error, 3 not gradable, 4 gate error.
+A batch exits 0 when every submission got a verdict, 4 when the gate failed on any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from gate import result as R
+
+FORMATS = ("json", "junit", "gradescope", "markdown")
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="invariants-gate",
+        description="Grade transformer implementations against an assignment's invariants; the submission runs in a confined worker.",
+        epilog="Exit codes: 0 passed, 1 failed, 2 usage or assignment error, 3 not gradable, 4 gate error. "
+               "A batch exits 0 when every submission got a verdict, 4 if the gate failed on any. See docs/gate.md.",
+    )
+    p.add_argument("submissions", nargs="*", help="a .py file, a folder (package or modules) or a .zip; with --batch, folders of them")
+    p.add_argument("-a", "--assignment", help="assignment file (TOML, or a pyproject.toml with [tool.invariants-gate])")
+    p.add_argument("-o", "--out", default="gate-reports", help="folder for the reports (default: gate-reports)")
+    p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated report formats (default: all of {','.join(FORMATS)})")
+    p.add_argument("--batch", action="store_true", help="each SUBMISSION is a folder holding many submissions")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded in parallel in a batch (default 1)")
+    p.add_argument("--visible-only", action="store_true", help="run only the visible invariants: what a student previews locally")
+    p.add_argument("--show-hidden", action="store_true", help="name hidden invariants in the terminal, Markdown and JUnit reports")
+    p.add_argument("--seed", type=int, help="a fixed hypothesis seed (to reproduce a report's seed)")
+    p.add_argument("--secret-env", help="environment variable holding the course secret for per-submission seeds")
+    p.add_argument("--secret-file", help="file holding the course secret for per-submission seeds")
+    p.add_argument("--max-examples", type=int, help="override the assignment's examples per invariant")
+    p.add_argument("--entry", help="module to load inside a folder or zip submission (default: __init__.py, submission.py, adapter.py)")
+    p.add_argument("--scratch-root", help="where the per-submission scratch folders go (default: the system temp folder)")
+    p.add_argument("--keep-scratch", action="store_true", help="keep the scratch folder (captured output, the unpacked submission)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
+    p.add_argument("--list", action="store_true", help="list the registered invariants (or the assignment's selection) and exit")
+    return p
+
+
+def _secret(options, assignment):
+    """The course secret, or None: --secret-file, --secret-env, then the assignment's [seed] table."""
+    file = options.get("secret_file") or assignment.secret_file
+    env = options.get("secret_env") or assignment.secret_env
+    if file:
+        return Path(file).read_text(encoding="utf-8").strip() or None
+    if env:
+        return os.environ.get(env) or None
+    return None
+
+
+def load(options, state):
+    """The assignment named in options, loaded once per process (state caches it)."""
+    from gate.config import load_assignment
+
+    if "assignment" not in state:
+        assignment = load_assignment(options["assignment"])
+        if options.get("max_examples"):
+            assignment = dataclasses.replace(assignment, max_examples=options["max_examples"])
+        if options.get("entry"):
+            assignment = dataclasses.replace(assignment, entry=options["entry"])
+        if options.get("visible_only"):
+            assignment = assignment.visible_only()
+        state["assignment"] = assignment
+    return state["assignment"]
+
+
+def grade_and_report(path, out_dir, options, *, state):
+    """Grade one submission and write its reports; (GradeResult, paths written)."""
+    from gate.grade import grade
+    from gate.reports import write_reports
+
+    assignment = load(options, state)
+    result = grade(path, assignment, seed=options.get("seed"), secret=_secret(options, assignment),
+                   scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False))
+    written = write_reports(result, out_dir, options["formats"], show_hidden=options.get("show_hidden", False))
+    return result, written
+
+
+def _list(options):
+    from invariants.registry import all_invariants
+
+    if options.get("assignment"):
+        assignment = load(options, {})
+        for s in assignment.selected:
+            print(f"{s.name:<55} {s.points:>4g} pt  {s.visibility}")
+        for name, reason in assignment.excluded:
+            print(f"{name:<55} excluded: {reason}")
+        return 0
+    for inv in all_invariants():
+        note = "  [in-process only: not gradable by the gate]" if inv.in_process else ""
+        print(f"{inv.name:<55} {inv.statement}{note}")
+    return 0
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        print(f"invariants-gate: --formats {unknown[0]!r} is not one of {', '.join(FORMATS)}", file=sys.stderr)
+        return R.USAGE_ERROR_EXIT
+    options = {"assignment": args.assignment, "formats": formats, "seed": args.seed, "secret_env": args.secret_env,
+               "secret_file": args.secret_file, "max_examples": args.max_examples, "entry": args.entry,
+               "visible_only": args.visible_only, "show_hidden": args.show_hidden, "scratch_root": args.scratch_root,
+               "keep_scratch": args.keep_scratch}
+    from gate.config import ConfigError
+
+    try:
+        if args.list:
+            return _list(options)
+        if not args.assignment:
+            print("invariants-gate: pass the assignment file with -a/--assignment (e.g. assignments/p01.toml)", file=sys.stderr)
+            return R.USAGE_ERROR_EXIT
+        if not args.submissions:
+            print("invariants-gate: name a submission (a .py file, a folder or a .zip)", file=sys.stderr)
+            return R.USAGE_ERROR_EXIT
+        if args.jobs < 1:
+            print(f"invariants-gate: --jobs {args.jobs} must be at least 1", file=sys.stderr)
+            return R.USAGE_ERROR_EXIT
+        state = {}
+        assignment = load(options, state)
+        if not assignment.selected:
+            print(f"invariants-gate: {assignment.path} selects no invariant{' that is visible' if args.visible_only else ''}", file=sys.stderr)
+            return R.USAGE_ERROR_EXIT
+        if args.batch or len(args.submissions) > 1:
+            return _batch(args, options)
+        return _single(args.submissions[0], args, options, state)
+    except ConfigError as exc:
+        print(f"invariants-gate: {exc}", file=sys.stderr)
+        return R.USAGE_ERROR_EXIT
+    except OSError as exc:
+        print(f"invariants-gate: {exc}", file=sys.stderr)
+        return R.USAGE_ERROR_EXIT
+
+
+def _single(path, args, options, state):
+    from gate.reports import headline, to_terminal
+
+    if not Path(path).exists():
+        print(f"invariants-gate: no file or folder {path!r}", file=sys.stderr)
+        return R.USAGE_ERROR_EXIT
+    result, written = grade_and_report(path, args.out, options, state=state)
+    if args.quiet:
+        print(headline(result))
+    else:
+        sys.stdout.write(to_terminal(result, show_hidden=args.show_hidden))
+        print("reports: " + ", ".join(str(p) for p in written))
+    return result.exit_code
+
+
+def _batch(args, options):
+    from gate.batch import batch_exit_code, grade_folder, submissions_in, write_summary
+
+    paths = []
+    for given in args.submissions:
+        path = Path(given)
+        if not path.exists():
+            print(f"invariants-gate: no file or folder {given!r}", file=sys.stderr)
+            return R.USAGE_ERROR_EXIT
+        paths += submissions_in(path) if args.batch else [path]
+    if not paths:
+        print("invariants-gate: no submissions found (.py files, .zip files or folders)", file=sys.stderr)
+        return R.USAGE_ERROR_EXIT
+    rows = grade_folder(paths, args.out, options, jobs=args.jobs)
+    written = write_summary(rows, args.out, load(options, {}).name)
+    for row in rows:
+        print(f"{row['verdict']:<13} {row['score']:>6g}/{row['max_score']:<6g} {row['submission']}: {row['reason']}")
+    print("class summary: " + ", ".join(str(p) for p in written))
+    return batch_exit_code(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

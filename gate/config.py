@@ -1,0 +1,219 @@
+"""Assignment files: which invariants are required, their points and visibility, limits, forbidden APIs.
+
+A TOML file (or the [tool.invariants-gate] table of a pyproject.toml); docs/gate.md has the
+format and assignments/p01.toml an example. Every name is checked against the registry, so a
+typo is an error that names the key, the value and the fix, never an invariant silently lost.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import hashlib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import tomllib
+
+from gate.sandbox import Limits
+from invariants.protocol import BACKENDS, DTYPES
+from invariants.registry import COMPONENTS, all_invariants
+
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
+SECTIONS = {
+    "assignment": {"name", "backend", "dtype", "device", "entry"},
+    "examples": {"profile", "max_examples"},
+    "limits": {f.name for f in fields(Limits)},
+    "forbidden": {"apis", "on_use"},
+    "seed": {"secret_env", "secret_file"},
+    "sandbox": {"drop_user", "network_namespace"},
+    "invariants": None,  # a list of tables, checked entry by entry
+}
+ENTRY_KEYS = {"select", "points", "visibility", "exclude"}
+
+
+class ConfigError(Exception):
+    """The assignment file is wrong; the message names the key, the value and the fix."""
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One required invariant and what it is worth."""
+
+    invariant: object  # invariants.registry.Invariant
+    points: float
+    visibility: str
+
+    @property
+    def name(self):
+        return self.invariant.name
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    path: str
+    sha256: str
+    backend: str  # "numpy", "torch" or "any" (the submission's BACKEND)
+    dtype: str
+    device: str
+    entry: str | None
+    profile: str
+    max_examples: int | None
+    limits: Limits
+    forbidden: tuple
+    on_forbidden: str  # "report" or "fail"
+    secret_env: str | None
+    secret_file: str | None
+    drop_user: bool
+    network_namespace: bool
+    selected: tuple  # of Selected, in the file's order
+    excluded: tuple  # of (invariant name, why the gate leaves it out)
+
+    def visible_only(self):
+        """The same assignment restricted to its visible invariants: what a student previews locally."""
+        from dataclasses import replace
+
+        return replace(self, selected=tuple(s for s in self.selected if s.visibility == "visible"))
+
+
+def _fail(where, key, value, fix):
+    raise ConfigError(f"{where}: {key} = {value!r} {fix}")
+
+
+def _table(data, section, where):
+    value = data.get(section, {})
+    if not isinstance(value, dict):
+        _fail(where, section, value, "must be a table ([" + section + "])")
+    unknown = sorted(set(value) - SECTIONS[section])
+    if unknown:
+        known = ", ".join(sorted(SECTIONS[section]))
+        _fail(where, f"[{section}] {unknown[0]}", value[unknown[0]], f"is not a setting of [{section}]; known: {known}")
+    return value
+
+
+def _choice(table, key, choices, default, where):
+    value = table.get(key, default)
+    if value not in choices:
+        _fail(where, key, value, f"must be one of {', '.join(map(str, choices))}")
+    return value
+
+
+def _limits(table, where):
+    values = {}
+    for f in fields(Limits):
+        if f.name in table:
+            value = table[f.name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                _fail(where, f"[limits] {f.name}", value, "must be a positive number")
+            values[f.name] = type(f.default)(value)
+    return Limits(**values)
+
+
+def _resolve(entries, registry, backend, where):
+    """(tuple of Selected, tuple of (name, reason)) from the [[invariants]] entries."""
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{where}: no [[invariants]] entries: list what the assignment requires, e.g. select = \"attention.*\"")
+    chosen, excluded, seen = [], {}, set()
+    for i, entry in enumerate(entries, 1):
+        at = f"{where} [[invariants]] #{i}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at}: must be a table with select = ...")
+        unknown = sorted(set(entry) - ENTRY_KEYS)
+        if unknown:
+            _fail(at, unknown[0], entry[unknown[0]], f"is not a key of [[invariants]]; known: {', '.join(sorted(ENTRY_KEYS))}")
+        selectors = entry.get("select")
+        selectors = [selectors] if isinstance(selectors, str) else selectors
+        if not selectors or not all(isinstance(s, str) for s in selectors):
+            _fail(at, "select", entry.get("select"), "must be an invariant name or a glob such as \"attention.*\", or a list of them")
+        excludes = entry.get("exclude", [])
+        if not isinstance(excludes, list) or not all(isinstance(s, str) for s in excludes):
+            _fail(at, "exclude", excludes, "must be a list of invariant names or globs")
+        points = entry.get("points", 1)
+        if isinstance(points, bool) or not isinstance(points, (int, float)) or points < 0:
+            _fail(at, "points", points, "must be a number >= 0")
+        visibility = _choice(entry, "visibility", VISIBILITIES, "visible", at)
+        for selector in selectors:
+            glob = any(ch in selector for ch in "*?[")
+            names = [n for n in registry if fnmatch.fnmatchcase(n, selector)] if glob else [selector] if selector in registry else []
+            if not names:
+                close = difflib.get_close_matches(selector, list(registry) + [f"{c}.*" for c in COMPONENTS], n=3)
+                hint = f"did you mean {', '.join(close)}?" if close else "run `invariants-gate --list` for the registered names"
+                _fail(at, "select", selector, f"matches no registered invariant; {hint}")
+            for name in names:
+                inv = registry[name]
+                if name in seen or any(fnmatch.fnmatchcase(name, x) for x in excludes):
+                    continue
+                reason = None
+                if inv.in_process:
+                    reason = "needs the implementation's own callables (autograd), which never leave the worker"
+                elif backend != "any" and backend not in inv.backends:
+                    reason = f"applies only to the {' or '.join(inv.backends)} backend; the assignment is {backend}"
+                if reason and not glob:
+                    _fail(at, "select", selector, f"cannot be graded by the gate: it {reason}")
+                if reason:
+                    excluded[name] = reason
+                    continue
+                seen.add(name)
+                chosen.append(Selected(inv, float(points), visibility))
+    return tuple(chosen), tuple((n, r) for n, r in excluded.items() if n not in seen)
+
+
+def load_assignment(path):
+    """Read and validate an assignment file (TOML, or pyproject.toml's [tool.invariants-gate])."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no assignment file {str(path)!r}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    where = str(path)
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("invariants-gate")
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: no [tool.invariants-gate] table")
+        where = f"{path} [tool.invariants-gate]"
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        _fail(where, unknown[0], data[unknown[0]], f"is not a section of an assignment; known: {', '.join(sorted(SECTIONS))}")
+    a = _table(data, "assignment", where)
+    examples = _table(data, "examples", where)
+    forbidden = _table(data, "forbidden", where)
+    seed = _table(data, "seed", where)
+    sandbox = _table(data, "sandbox", where)
+    backend = _choice(a, "backend", (*BACKENDS, "any"), "any", where)
+    dtype = _choice(a, "dtype", DTYPES, "float64", where)
+    device = a.get("device", "cpu")
+    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
+        _fail(where, "device", device, "must be cpu, cuda or cuda:N")
+    from invariants.plugin import PROFILES  # registers the hypothesis profiles
+
+    profile = _choice(examples, "profile", tuple(PROFILES), "ci", where)
+    max_examples = examples.get("max_examples")
+    if max_examples is not None and (isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1):
+        _fail(where, "max_examples", max_examples, "must be a positive integer")
+    apis = forbidden.get("apis", [])
+    if not isinstance(apis, list) or not all(isinstance(x, str) and x.count(".") >= 1 and " " not in x for x in apis):
+        _fail(where, "[forbidden] apis", apis, "must be a list of dotted names such as \"torch.nn.MultiheadAttention\" (a * glob in the last part)")
+    for key in ("secret_env", "secret_file"):
+        if key in seed and not isinstance(seed[key], str):
+            _fail(where, f"[seed] {key}", seed[key], "must be a string")
+    for key in ("drop_user", "network_namespace"):
+        if not isinstance(sandbox.get(key, True), bool):
+            _fail(where, f"[sandbox] {key}", sandbox[key], "must be true or false")
+    entry = a.get("entry") or None
+    if entry is not None and not isinstance(entry, str):
+        _fail(where, "entry", entry, "must be a path such as \"submission.py\" inside the submission")
+    name = a.get("name", path.stem)
+    registry = {inv.name: inv for inv in all_invariants()}
+    selected, excluded = _resolve(data.get("invariants"), registry, backend, where)
+    return Assignment(
+        name=str(name), path=str(path), sha256=hashlib.sha256(raw).hexdigest(), backend=backend, dtype=dtype, device=device,
+        entry=entry, profile=profile, max_examples=max_examples, limits=_limits(_table(data, "limits", where), where),
+        forbidden=tuple(apis), on_forbidden=_choice(forbidden, "on_use", ("report", "fail"), "report", where),
+        secret_env=seed.get("secret_env") or None, secret_file=seed.get("secret_file") or None,
+        drop_user=sandbox.get("drop_user", True), network_namespace=sandbox.get("network_namespace", True),
+        selected=selected, excluded=excluded,
+    )

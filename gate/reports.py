@@ -1,0 +1,235 @@
+"""Reports written from one GradeResult: JSON, JUnit XML, Gradescope results.json, Markdown, a terminal table.
+
+The JSON report is the staff's full record. The others are what students may see: hidden
+invariants appear there by count only (Gradescope, which enforces visibility itself, gets
+them with their visibility), unless show_hidden is set.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from gate import result as R
+
+FILES = {"json": "report.json", "junit": "junit.xml", "gradescope": "results.json", "markdown": "summary.md"}
+MARK = {"passed": "✅", "failed": "❌", "error": "⚠️", "missing": "⛔", "skipped": "⏭️", "not_run": "⏭️"}
+WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "missing": "MISSING", "skipped": "SKIPPED", "not_run": "NOT RUN"}
+VERDICT_WORDS = {R.PASSED: "passed", R.FAILED: "failed", R.NOT_GRADABLE: "not gradable", R.GATE_ERROR: "gate error"}
+
+
+def _shown(result, show_hidden):
+    """(invariants to show by name, hidden ones summarised)."""
+    if show_hidden:
+        return list(result.invariants), []
+    return [i for i in result.invariants if i.visibility == "visible"], [i for i in result.invariants if i.visibility != "visible"]
+
+
+def _points(x):
+    return f"{x:g}"
+
+
+def headline(result):
+    return (f"{VERDICT_WORDS[result.verdict]} (exit {result.exit_code}): {result.reason}; "
+            f"score {_points(result.score)}/{_points(result.max_score)}")
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def to_json(result):
+    return json.dumps(result.as_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+# -- JUnit XML -------------------------------------------------------------------------------------
+
+
+def to_junit(result, *, show_hidden=False):
+    """failure = a wrong answer; error = could not be evaluated (raised, crashed, missing, skipped, not run)."""
+    shown, hidden = _shown(result, show_hidden)
+    cases = []
+    if result.verdict == R.NOT_GRADABLE and not any(i.status == "missing" for i in result.invariants):
+        cases.append(("gate", "gate.submission_loads", "error", result.reason, result.reason, 0.0))
+    if result.verdict == R.GATE_ERROR:
+        cases.append(("gate", "gate.gate_error", "error", result.reason, result.output.get("gate_traceback", result.reason), 0.0))
+    for inv in shown:
+        kind = None if inv.status == "passed" else "failure" if inv.status == "failed" else "error"
+        cases.append((f"invariants.{inv.component}", inv.name, kind, f"{inv.status}: {inv.reason}", inv.details or inv.reason, inv.seconds))
+    for n, inv in enumerate(hidden, 1):
+        kind = None if inv.status == "passed" else "failure" if inv.status == "failed" else "error"
+        cases.append(("invariants.hidden", f"hidden.{n}", kind, f"hidden invariant: {inv.status}", "details are hidden", inv.seconds))
+    if result.verdict == R.FAILED and result.reason.startswith("every invariant passed"):
+        cases.append(("gate", "gate.forbidden_apis", "failure", result.reason, _evidence_text(result), 0.0))
+    suites = ET.Element("testsuites", name="invariants-gate")
+    suite = ET.SubElement(suites, "testsuite", name=f"{result.assignment['name']}: {Path(result.submission['source']).name}",
+                          tests=str(len(cases)), failures=str(sum(c[2] == "failure" for c in cases)),
+                          errors=str(sum(c[2] == "error" for c in cases)), skipped="0", time=f"{result.seconds:.2f}",
+                          timestamp=result.started_at)
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("verdict", result.verdict), ("score", _points(result.score)), ("max_score", _points(result.max_score)),
+                       ("submission_sha256", result.submission.get("sha256", "")), ("seed", json.dumps(result.seed))):
+        ET.SubElement(props, "property", name=key, value=str(value))
+    for classname, name, kind, message, text, seconds in cases:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.2f}")
+        if kind:
+            element = ET.SubElement(case, kind, message=message.splitlines()[0][:500] if message else "", type=kind)
+            element.text = text
+    ET.SubElement(suite, "system-out").text = result.output.get("stdout", "")
+    ET.SubElement(suite, "system-err").text = result.output.get("stderr", "")
+    suites.set("tests", suite.get("tests"))
+    suites.set("failures", suite.get("failures"))
+    suites.set("errors", suite.get("errors"))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _evidence_text(result):
+    return "\n".join(f"{e['kind']}: {e['name']} at {e['where']} ({e['detail']}; {e['source']})" for e in result.evidence) or "none"
+
+
+# -- Gradescope ----------------------------------------------------------------------------------
+
+
+def to_gradescope(result):
+    """Gradescope's results.json: score, max_score, execution_time, output, tests[] with their own visibility."""
+    tests = []
+    if result.verdict in (R.NOT_GRADABLE, R.GATE_ERROR) and not any(i.status == "missing" for i in result.invariants):
+        tests.append({"name": "The submission can be graded", "score": 0, "max_score": 0, "status": "failed",
+                      "output": result.reason, "visibility": "visible"})
+    for inv in result.invariants:
+        output = f"{inv.statement}\n\n{inv.details or inv.reason}" if not inv.passed else f"{inv.statement}\n\n{inv.reason}"
+        tests.append({"name": inv.name, "score": inv.score, "max_score": inv.max_score,
+                      "status": "passed" if inv.passed else "failed", "output": output, "visibility": inv.visibility})
+    evidence = [e for e in result.evidence if e["kind"] in ("forbidden_api", "blocked_import")]
+    if evidence:
+        tests.append({"name": "Forbidden APIs and the course's code (for review)", "score": 0, "max_score": 0,
+                      "status": "failed", "output": _evidence_text(result), "visibility": "visible"})
+    return json.dumps({
+        "score": result.score, "max_score": result.max_score, "execution_time": round(result.seconds),
+        "output": headline(result), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
+    }, indent=2, ensure_ascii=False) + "\n"
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def _cell(text):
+    text = " ".join(str(text).split())
+    for raw, escaped in (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
+                         ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _fenced(text, info="text"):
+    longest = max((len(run) for run in text.split("\n") for run in _backtick_runs(run)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
+
+
+def _backtick_runs(line):
+    run, runs = 0, []
+    for ch in line + " ":
+        if ch == "`":
+            run += 1
+        elif run:
+            runs.append("`" * run)
+            run = 0
+    return runs
+
+
+def to_markdown(result, *, show_hidden=False):
+    shown, hidden = _shown(result, show_hidden)
+    sub = result.submission
+    mark = {R.PASSED: "✅", R.FAILED: "❌", R.NOT_GRADABLE: "⛔", R.GATE_ERROR: "🛠️"}[result.verdict]
+    lines = [
+        f"## {mark} {_cell(result.assignment['name'])}: {VERDICT_WORDS[result.verdict]} — "
+        f"{_points(result.score)} / {_points(result.max_score)} points",
+        "",
+        f"Submission `{_cell(Path(sub['source']).name)}` (sha256 {sub.get('sha256', '?')[:12]}), backend {_cell(sub.get('backend') or '?')}, "
+        f"{result.assignment['dtype']} on {result.assignment['device']}, hypothesis profile {result.assignment['profile']}, "
+        f"seed {_seed_text(result.seed)}.",
+        "",
+        f"> {_cell(result.reason)}",
+        "",
+    ]
+    if shown:
+        lines += ["| | Invariant | Points | Result |", "|---|---|---|---|"]
+        lines += [f"| {MARK[i.status]} | `{i.name}` | {_points(i.score)} / {_points(i.max_score)} | {_cell(i.reason)} |" for i in shown]
+        lines.append("")
+    if hidden:
+        ok = sum(i.passed for i in hidden)
+        lines += [f"Hidden invariants: {ok} of {len(hidden)} passed ({_points(sum(i.score for i in hidden))} / "
+                  f"{_points(sum(i.max_score for i in hidden))} points).", ""]
+    failures = [i for i in shown if not i.passed and i.details]
+    if failures:
+        lines += ["### What went wrong", ""]
+        for inv in failures:
+            lines += [f"<details><summary>{MARK[inv.status]} <code>{inv.name}</code>: {_cell(inv.statement)}</summary>", "",
+                      _fenced(inv.details), "", "</details>", ""]
+    if result.evidence:
+        lines += ["### Evidence for review", "", "Imports of the course's own code and uses of APIs the assignment forbids; "
+                  "a person decides what they mean.", "", "| Kind | Name | Where | Detail | Found by |", "|---|---|---|---|---|"]
+        lines += [f"| {_cell(e['kind'])} | `{_cell(e['name'])}` | {_cell(e['where'])} | {_cell(e['detail'])} | {_cell(e['source'])} |"
+                  for e in result.evidence]
+        lines.append("")
+    if result.excluded:
+        lines += ["<details><summary>Selected but not gradable by the gate</summary>", ""]
+        lines += [f"- `{e['name']}`: {_cell(e['reason'])}" for e in result.excluded]
+        lines += ["", "</details>", ""]
+    if result.protections:
+        lines += ["<details><summary>Sandbox</summary>", "", "| Protection | In effect |", "|---|---|"]
+        lines += [f"| {k} | {_cell(v)} |" for k, v in result.protections.items()]
+        lines += ["", "</details>", ""]
+    for stream in ("stdout", "stderr"):
+        if result.output.get(stream):
+            lines += [f"<details><summary>Submission {stream} ({result.output[f'{stream}_bytes']} bytes)</summary>", "",
+                      _fenced(result.output[stream]), "", "</details>", ""]
+    return "\n".join(lines)
+
+
+def _seed_text(seed):
+    if seed.get("mode") == "secret":
+        return f"{seed['value']} (from the course secret {seed['secret_fingerprint']})"
+    if seed.get("mode") == "fixed":
+        return str(seed["value"])
+    return "derandomized"
+
+
+# -- terminal ------------------------------------------------------------------------------------
+
+
+def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30):
+    shown, hidden = _shown(result, show_hidden)
+    lines = [f"invariants-gate: {result.assignment['name']} — {Path(result.submission['source']).name}"]
+    width = max((len(i.name) for i in shown), default=10)
+    for inv in shown:
+        reason = inv.reason if len(inv.reason) <= 100 else inv.reason[:99] + "…"
+        lines.append(f"  {WORD[inv.status]:<8}{_points(inv.score):>4}/{_points(inv.max_score):<4} {inv.name:<{width}}  {reason}")
+    if hidden:
+        lines.append(f"  hidden invariants: {sum(i.passed for i in hidden)} of {len(hidden)} passed")
+    if details:
+        for inv in (i for i in shown if not i.passed and i.details):
+            body = inv.details.splitlines()
+            more = len(body) - max_detail_lines
+            cut = body[:max_detail_lines] + ([f"... ({more} more lines in the reports)"] if more > 0 else [])
+            lines += ["", f"--- {inv.name} ({WORD[inv.status]})", *cut]
+    for e in result.evidence:
+        lines.append(f"  evidence: {e['kind']} {e['name']} at {e['where']} ({e['detail']}; {e['source']})")
+    lines += ["", f"verdict: {headline(result)} [{result.seconds:.1f} s]"]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(result, out_dir, formats=tuple(FILES), *, show_hidden=False):
+    """Write the chosen formats into out_dir; the list of paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    writers = {"json": to_json, "junit": lambda r: to_junit(r, show_hidden=show_hidden), "gradescope": to_gradescope,
+               "markdown": lambda r: to_markdown(r, show_hidden=show_hidden)}
+    written = []
+    for fmt in formats:
+        path = out / FILES[fmt]
+        path.write_text(writers[fmt](result), encoding="utf-8")
+        written.append(path)
+    return written

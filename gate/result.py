@@ -1,0 +1,86 @@
+"""The result model every report is written from: one GradeResult per submission.
+
+Its dictionary form (as_dict) is the JSON report, whose schema is versioned (SCHEMA_VERSION)
+and documented in docs/gate.md. Fields that change from run to run (timestamps, durations)
+are listed in VOLATILE so that tests and staff can compare two runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+
+# Outcomes of a whole submission, and the process exit code of each.
+PASSED, FAILED, NOT_GRADABLE, GATE_ERROR = "passed", "failed", "not_gradable", "gate_error"
+EXIT_CODES = {PASSED: 0, FAILED: 1, NOT_GRADABLE: 3, GATE_ERROR: 4}
+USAGE_ERROR_EXIT = 2
+
+# Statuses of one invariant. Only "passed" scores; every other status is a failure (fail closed).
+STATUSES = {
+    "passed": "the invariant held on every example",
+    "failed": "a counterexample: the implementation answered, and the answer is wrong",
+    "error": "the implementation raised, answered with the wrong type, crashed, hung or exited",
+    "missing": "the submission does not provide a function this invariant needs",
+    "skipped": "the invariant did not run on this submission (the reason says why); never a pass",
+    "not_run": "the run stopped before this invariant (a time limit, a submission that could not load)",
+}
+VOLATILE = ("started_at", "seconds")  # keys whose values differ between two identical runs
+
+
+@dataclass
+class InvariantResult:
+    name: str
+    component: str
+    statement: str
+    hint: str
+    visibility: str
+    max_score: float
+    score: float = 0.0
+    status: str = "not_run"
+    reason: str = ""  # one line
+    details: str = ""  # the full failure report: statement, example, expected vs actual, hint
+    examples: int = 0
+    seconds: float = 0.0
+
+    @property
+    def passed(self):
+        return self.status == "passed"
+
+
+@dataclass
+class GradeResult:
+    assignment: dict  # name, path, sha256, backend, dtype, device, profile, max_examples
+    submission: dict  # source, kind, sha256, entry, backend, functions
+    verdict: str = GATE_ERROR
+    reason: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    seed: dict = field(default_factory=dict)  # mode ("derandomized", "fixed", "secret"), value, secret_fingerprint
+    protections: dict = field(default_factory=dict)
+    limits: dict = field(default_factory=dict)
+    invariants: list = field(default_factory=list)  # of InvariantResult
+    excluded: list = field(default_factory=list)  # [{"name", "reason"}]: selected by a glob, not gradable by the gate
+    evidence: list = field(default_factory=list)  # [{"kind", "name", "where", "detail", "source"}]
+    output: dict = field(default_factory=dict)  # stdout, stderr (escaped, capped), stdout_bytes, stderr_bytes
+    worker_starts: int = 0
+    started_at: str = ""
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self):
+        return EXIT_CODES[self.verdict]
+
+    def as_dict(self):
+        data = asdict(self)
+        return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict, "exit_code": self.exit_code,
+                **{k: v for k, v in data.items() if k != "verdict"}}
+
+
+def without_volatile(data):
+    """A copy of a report dictionary with timestamps and durations zeroed: equal for identical runs."""
+    if isinstance(data, dict):
+        return {k: (0 if k in VOLATILE else without_volatile(v)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [without_volatile(v) for v in data]
+    return data

@@ -1,0 +1,314 @@
+"""The parent's side of the worker: start it confined, call it under deadlines, kill it whole.
+
+A Worker is one process running gate.worker on one submission. The parent never imports the
+submission; it sends numpy arrays and rebuilds the answers (gate.wire), so a returned object
+cannot carry a lying __eq__ and nothing the submission patches reaches the verdict.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate import wire
+from gate.text import one_line, printable
+from invariants.protocol import ImplementationError, OutputError
+
+BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "gate", "mutants", "adapters", "conftest")
+UID_BASE = 1_500_000_000  # + the gate's pid: a uid no account uses, one per gate process (RLIMIT_NPROC counts per uid)
+HELLO_SECONDS = 60  # the worker's own start (python and numpy) before any submission code
+_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import gate.worker as w; del sys.path[0]; w.main(sys.argv[2:])"
+
+
+class WorkerLost(BaseException):
+    """The worker died, hung or ran past a deadline. A BaseException, so hypothesis stops at once instead of shrinking."""
+
+    def __init__(self, cause, message):
+        super().__init__(message)
+        self.cause = cause  # "call_timeout", "invariant_timeout", "run_timeout", "died", "protocol"
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    call_seconds: float = 10.0
+    invariant_seconds: float = 60.0
+    run_seconds: float = 600.0
+    import_seconds: float = 60.0
+    cpu_seconds: int = 600
+    memory_mib: int = 4096
+    file_size_mib: int = 64
+    processes: int = 64
+    output_kib: int = 64
+    shrink_examples: int = 100  # examples hypothesis may try after the first failure; a count, so reports stay deterministic
+    answer_mib: int = 256
+    max_worker_losses: int = 5
+
+    def for_worker(self, device):
+        return {
+            "cpu_seconds": int(self.cpu_seconds),
+            "memory_bytes": int(self.memory_mib) << 20,
+            "memory_kind": "data" if device.startswith("cuda") else "address_space",
+            "file_size_bytes": int(self.file_size_mib) << 20,
+            "processes": int(self.processes),
+        }
+
+
+@dataclass
+class Loaded:
+    """What the worker said after importing the submission."""
+
+    protections: dict
+    functions: list
+    backend: object
+    problem: dict | None  # {"kind": ..., "message": ...} when the submission could not be loaded
+    evidence: list
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stand_in(error):
+    """An exception of the type the worker reported (a builtin, or a subclass of one named like the original).
+
+    Checks such as "gpt_logits raises ValueError on bad ids" look at ImplementationError.original;
+    the submission's own exception object never leaves the worker.
+    """
+    bases = error.get("builtin_bases")
+    name = error.get("type")
+    if not isinstance(bases, list) or not isinstance(name, str):
+        return None
+    base = next((getattr(builtins, b) for b in bases if isinstance(b, str) and isinstance(getattr(builtins, b, None), type)
+                 and issubclass(getattr(builtins, b), BaseException)), None)
+    if base is None:
+        return None
+    cls = base if name == base.__name__ or not name.isidentifier() else type(name[:60], (base,), {})
+    try:
+        return cls(error["message"])
+    except Exception:  # noqa: BLE001 - a builtin that wants other arguments (UnicodeError's subclasses)
+        return None
+
+
+class Worker:
+    """One confined worker process for one submission; start() it, call() it, stop() it."""
+
+    def __init__(self, *, scratch, layout, backend, device, dtype, limits, forbidden, functions,
+                 drop_user=True, network_namespace=True, generation=1):
+        self.scratch = Path(scratch)
+        self.layout = layout  # gate.submission.Layout
+        self.backend, self.device, self.dtype = backend, device, dtype
+        self.limits = limits
+        self.forbidden = list(forbidden)
+        self.functions = functions  # {name: [params]}
+        self.uid = UID_BASE + os.getpid() if drop_user and os.getuid() == 0 else None
+        self.network_namespace = network_namespace
+        self.generation = generation
+        self.proc = None
+        self.evidence = []
+        self.dropped = False
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def _prepare_dirs(self):
+        work = self.scratch / "work"
+        capture = self.scratch / "capture"
+        for folder in (work, work / "tmp", capture):
+            folder.mkdir(parents=True, exist_ok=True)
+        if self.uid is not None:
+            for path in [work, work / "tmp", *self._tree(self.layout.root)]:
+                os.chown(path, self.uid, self.uid, follow_symlinks=False)
+        return work, capture
+
+    @staticmethod
+    def _tree(root):
+        root = Path(root)
+        yield root
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                yield Path(dirpath) / name
+
+    def capture_paths(self):
+        capture = self.scratch / "capture"
+        return capture / f"stdout.{self.generation}.txt", capture / f"stderr.{self.generation}.txt"
+
+    def start(self):
+        """Start the worker and load the submission; returns Loaded, or raises RuntimeError when the worker cannot start."""
+        work, _ = self._prepare_dirs()
+        out_path, err_path = self.capture_paths()
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work / "tmp"),
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+        }
+        if "CUDA_VISIBLE_DEVICES" in os.environ:
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        request_r, self.request_w = os.pipe2(os.O_CLOEXEC)
+        self.answer_r, answer_w = os.pipe2(os.O_CLOEXEC)
+        gate_parent = str(Path(__file__).resolve().parent.parent)
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-s", "-P", "-B", "-c", _BOOTSTRAP, gate_parent, str(request_r), str(answer_w)],
+                cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                pass_fds=(request_r, answer_w), start_new_session=True, close_fds=True,
+            )
+        os.close(request_r)
+        os.close(answer_w)
+        os.set_blocking(self.request_w, False)
+        os.set_blocking(self.answer_r, False)
+        setup = {
+            "workdir": str(work), "limits": self.limits.for_worker(self.device), "uid": self.uid,
+            "network_namespace": self.network_namespace, "readable": [str(self.layout.root)],
+            "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
+            "submission_root": str(self.layout.root), "entry": self.layout.entry, "package": self.layout.package,
+            "module_name": self.layout.module_name, "backend": self.backend, "device": self.device, "dtype": self.dtype,
+        }
+        try:
+            wire.send(self.request_w, {"op": "setup", "setup": setup}, deadline=time.monotonic() + HELLO_SECONDS)
+            hello = self._receive(time.monotonic() + HELLO_SECONDS)[0]
+        except wire.WireError as exc:
+            reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"no answer within {HELLO_SECONDS} s"
+            self.stop()
+            raise RuntimeError(f"the worker could not start: {reason}; its stderr: {self.tail(err_path)}") from None
+        protections = dict(hello.get("protections", {}))
+        self.dropped = self.uid is not None and self._proc_uid() == self.uid
+        try:
+            loaded, _ = self._receive(time.monotonic() + self.limits.import_seconds)
+        except wire.WireTimeout:
+            self.stop()
+            return Loaded(protections, [], None, {"kind": "import_timeout", "message":
+                          f"importing the submission did not finish within {self.limits.import_seconds:g} s"}, [])
+        except wire.WireError as exc:
+            reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"a malformed message ({exc})"
+            self.stop()
+            return Loaded(protections, [], None, {"kind": "exit_at_import", "message": f"while importing the submission, {reason}"}, [])
+        evidence = self._evidence(loaded)
+        functions = [n for n in loaded.get("functions", []) if n in self.functions] if isinstance(loaded.get("functions"), list) else []
+        problem = loaded.get("problem")
+        if problem is not None and not (isinstance(problem, dict) and isinstance(problem.get("message"), str)):
+            problem = {"kind": "import_error", "message": "the worker sent a malformed load report"}
+        if problem is not None:
+            problem = {"kind": one_line(problem.get("kind", "import_error"), 40), "message": printable(problem["message"][:2000])}
+        backend = one_line(loaded["backend"], 60) if isinstance(loaded.get("backend"), str) else None
+        if problem is not None:
+            self.stop()
+        return Loaded(protections, functions, backend, problem, evidence)
+
+    def _proc_uid(self):
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return None
+
+    def stop(self):
+        """Kill the worker's whole process group (and, with a uid of its own, every process of that uid)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.dropped:  # children that left the group (setsid) still run as the worker's uid: kill(-1) as that uid
+            try:
+                subprocess.run(["kill", "-s", "KILL", "--", "-1"], user=self.uid, group=self.uid, extra_groups=[],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                pass  # no kill(1) here: the process group was killed above
+        self.proc.wait()
+        for fd in (self.request_w, self.answer_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.proc = None
+
+    def _ended(self):
+        """Why the worker is gone, in words (waits a moment for it to finish dying)."""
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "the worker closed its answer pipe but kept running"
+        if code == 0:
+            return "the worker process exited with status 0 (os._exit() or an exit from native code): a submission must not exit"
+        if code > 0:
+            return f"the worker process exited with status {code}"
+        name = _signal_name(-code)
+        why = {
+            "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
+            "SIGBUS": "crashed with a bus error (SIGBUS)",
+            "SIGABRT": "aborted (SIGABRT)",
+            "SIGXCPU": f"ran out of CPU time (the limit is {self.limits.cpu_seconds} s)",
+            "SIGXFSZ": f"wrote more than the file size limit ({self.limits.file_size_mib} MiB): too much output?",
+            "SIGKILL": "was killed (SIGKILL): out of memory, or killed from outside",
+        }.get(name, f"was killed by {name}")
+        return f"the worker process {why}"
+
+    @staticmethod
+    def tail(path, limit=2000):
+        try:
+            data = Path(path).read_bytes()[-limit:]
+        except OSError:
+            return "(unreadable)"
+        return data.decode("utf-8", "replace").strip() or "(empty)"
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _receive(self, deadline):
+        return wire.receive(self.answer_r, max_bytes=self.limits.answer_mib << 20, deadline=deadline)
+
+    def _evidence(self, header):
+        items = header.get("evidence", [])
+        if not isinstance(items, list):
+            return []
+        fresh = [{k: one_line(item.get(k, "")) for k in ("kind", "name", "where", "detail")} for item in items[:200] if isinstance(item, dict)]
+        self.evidence.extend(fresh)
+        return fresh
+
+    def _lose(self, cause, message):
+        self.stop()
+        raise WorkerLost(cause, message)
+
+    def call(self, name, args, deadline, cause, late):
+        """The worker's answer to name(*args), decoded; ImplementationError/OutputError for its errors; WorkerLost otherwise.
+
+        `deadline` (time.monotonic()) is the earliest of the call, invariant and run limits; `cause` names
+        which, and `late` is the sentence for a worker that has not answered by then.
+        """
+        tree, buffers = wire.encode(list(args))
+        try:
+            wire.send(self.request_w, {"op": "call", "name": name, "args": tree}, buffers, deadline)
+            header, answer = self._receive(deadline)
+        except wire.WireTimeout:
+            self._lose(cause, late)
+        except wire.PipeClosed:
+            reason = self._ended()
+            self._lose("died", reason)
+        except wire.WireError as exc:
+            self._lose("protocol", f"the worker's answer broke the wire format: {exc}")
+        if header.get("op") != "answer" or not isinstance(header.get("ok"), bool):
+            self._lose("protocol", "the worker sent something that is not an answer")
+        self._evidence(header)
+        if not header["ok"]:
+            error = header.get("error")
+            if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+                self._lose("protocol", "the worker sent a malformed error")
+            message = printable(error["message"][:2000])  # the submission's words: escaped
+            if error.get("kind") == "output":
+                raise OutputError(message)
+            raise ImplementationError(message, original=_stand_in(error))
+        try:
+            return wire.decode(header.get("value"), answer)
+        except wire.WireError as exc:
+            self._lose("protocol", f"{name}'s answer broke the wire format: {exc}")

@@ -1,0 +1,455 @@
+"""The gate's worker: the only process that runs a submission's code.
+
+    python -s -P -B -c "<bootstrap>" GATE_PARENT_DIR REQUEST_FD RESPONSE_FD   (gate.sandbox._BOOTSTRAP)
+
+The bootstrap imports this module from the gate's own folder and takes that folder off
+sys.path again, so nothing of the project stays importable. The trusted parent starts it, sends a setup message, and then calls protocol
+functions with numpy arrays; the worker answers with arrays (gate.wire). Before it loads the
+submission it confines itself (a new network namespace, resource limits, an unprivileged
+uid, no new privileges) and says which of these took effect; then it hides the project's
+own packages, records imports of them and calls of forbidden APIs as evidence, loads the
+submission and serves calls until the parent says bye or closes the pipe.
+
+Nothing here is a wall against the submission, which runs in this process and can undo any
+of it: the verdict is safe because the parent computes it from the answers alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import fnmatch
+import functools
+import importlib.abc
+import importlib.util
+import inspect
+import os
+import resource
+import stat
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from gate import wire
+
+MAX_REQUEST_BYTES = 1 << 30
+MAX_EVIDENCE = 200
+CLONE_NEWNET = 0x40000000
+PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 8, 38
+CAP_DAC_READ_SEARCH = 2
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+# -- confinement (runs as the parent's user, before any submission code) ----------------------
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _errno_text():
+    return os.strerror(ctypes.get_errno())
+
+
+def _readable_by_others(path):
+    """Can a user that owns nothing here read `path` (every directory above it searchable)?"""
+    path = Path(path).resolve()
+    try:
+        if not path.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in [path, *path.parents] if parent.is_dir())
+    except OSError:
+        return False
+
+
+def _confine(setup):
+    """Apply the limits in setup; return {protection: what took effect}, one line each."""
+    limits = setup["limits"]
+    done = {}
+    libc = _libc()
+    if setup.get("network_namespace", True):
+        ok = libc.unshare(CLONE_NEWNET) == 0
+        done["network"] = "off: a new network namespace with no interfaces up" if ok else f"ON: unshare(CLONE_NEWNET) failed ({_errno_text()})"
+    else:
+        done["network"] = "ON: the assignment turned the network namespace off"
+    rlimits = [
+        ("cpu", resource.RLIMIT_CPU, limits["cpu_seconds"], limits["cpu_seconds"] + 5, "s of CPU time"),
+        ("memory", resource.RLIMIT_AS, limits["memory_bytes"], limits["memory_bytes"], "bytes of address space"),
+        ("file_size", resource.RLIMIT_FSIZE, limits["file_size_bytes"], limits["file_size_bytes"], "bytes per file written"),
+        ("core_dumps", resource.RLIMIT_CORE, 0, 0, "bytes of core dump"),
+    ]
+    if limits.get("memory_kind") == "data":  # CUDA reserves far more address space than it uses
+        rlimits[1] = ("memory", resource.RLIMIT_DATA, limits["memory_bytes"], limits["memory_bytes"], "bytes of data segment")
+    for key, which, soft, hard, unit in rlimits:
+        try:
+            resource.setrlimit(which, (soft, hard))
+            done[key] = f"{soft} {unit}"
+        except (ValueError, OSError) as exc:
+            done[key] = f"NOT SET ({exc})"
+    done["user"], processes = _drop_privileges(setup, libc, limits["processes"])
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        done["processes"] = f"{processes} processes and threads for its uid" + (
+            "" if os.getuid() != 0 else " (NOT ENFORCED: root ignores RLIMIT_NPROC)")
+    except (ValueError, OSError) as exc:
+        done["processes"] = f"NOT SET ({exc})"
+    ok = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+    done["new_privileges"] = "blocked (no_new_privs: setuid programs gain nothing)" if ok else f"ALLOWED: prctl failed ({_errno_text()})"
+    return done
+
+
+def _drop_privileges(setup, libc, processes):
+    """Switch to setup['uid'] when running as root; (what happened, the RLIMIT_NPROC value to set)."""
+    uid = setup.get("uid")
+    if os.getuid() != 0:
+        own = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == os.getuid())
+        return f"the gate's own user (not root, so no switch; RLIMIT_NPROC counts this user's {own} other processes too)", own + processes
+    if uid is None:
+        return "ROOT: the assignment turned the user switch off", processes
+    needed = [os.path.dirname(os.__file__), os.path.dirname(np.__file__), *setup["readable"]]
+    keep_read = not all(_readable_by_others(p) for p in needed)
+    try:
+        if libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
+            raise OSError(f"prctl(PR_SET_KEEPCAPS) failed ({_errno_text()})")
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        mask = 1 << CAP_DAC_READ_SEARCH if keep_read else 0
+        data = (_CapData * 2)()
+        data[0].effective = data[0].permitted = mask
+        if libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), data) != 0:
+            raise OSError(f"capset failed ({_errno_text()})")
+    except OSError as exc:
+        if os.getuid() == 0:
+            return f"ROOT: could not switch to an unprivileged uid ({exc})", processes
+        raise
+    if keep_read:
+        return ("an unprivileged uid and gid of its own, keeping only CAP_DAC_READ_SEARCH because the interpreter's files are not readable "
+                "by other users: the worker cannot write outside its scratch directory or signal other users' processes, "
+                "but it can read any file"), processes
+    return "an unprivileged uid and gid of its own, no capabilities", processes
+
+
+def _owner(path):
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
+
+
+# -- the guard: evidence of forbidden imports and calls ----------------------------------------
+
+
+class Guard(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path: refuses the project's own packages and shims forbidden APIs on import."""
+
+    def __init__(self, blocked, forbidden, submission_root):
+        self.blocked = set(blocked)
+        self.forbidden = list(forbidden)  # "torch.nn.MultiheadAttention", "torch.nn.Transformer*", ...
+        self.root = str(Path(submission_root).resolve())
+        self.evidence = []
+        self._sent = 0
+        self._hooked = {pattern.split(".")[0] for pattern in self.forbidden}
+
+    def install(self):
+        for finder in list(sys.meta_path):  # the editable install's finder would hand out the project's packages
+            if type(finder).__module__.startswith("__editable__"):
+                sys.meta_path.remove(finder)
+        for name in list(sys.modules):
+            if name.split(".")[0] in self.blocked:
+                del sys.modules[name]
+        sys.meta_path.insert(0, self)
+        for top in self._hooked & set(sys.modules):
+            self.shim(sys.modules[top])
+
+    def where(self):
+        """'file.py:12' of the innermost frame inside the submission, or '?'."""
+        for frame, line in traceback.walk_stack(None):  # innermost first
+            name = frame.f_code.co_filename
+            if name.startswith(self.root):
+                return f"{os.path.relpath(name, self.root)}:{line}"
+        return "?"
+
+    def record(self, kind, name, detail):
+        item = {"kind": kind, "name": name, "where": self.where(), "detail": detail}
+        if item not in self.evidence and len(self.evidence) < MAX_EVIDENCE:
+            self.evidence.append(item)
+
+    def new_evidence(self):
+        fresh, self._sent = self.evidence[self._sent :], len(self.evidence)
+        return fresh
+
+    def _own_module(self, top):
+        return any(os.path.exists(os.path.join(entry, top + suffix)) for entry in sys.path if entry.startswith(self.root)
+                   for suffix in (".py", "", ".pyc"))
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.split(".")[0]
+        if top in self.blocked and not self._own_module(top):
+            self.record("blocked_import", fullname, "import of the course's own code")
+            raise ImportError(f"the gate does not let a submission import {fullname!r}: that is the course's own code", name=fullname)
+        if fullname in self._hooked:
+            for finder in sys.meta_path[sys.meta_path.index(self) + 1 :]:
+                spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
+                if spec is not None and spec.loader is not None:
+                    spec.loader = _ShimmingLoader(spec.loader, self)
+                    return spec
+        return None
+
+    def shim(self, module):
+        """Wrap every attribute that a forbidden pattern names, under `module`, with a recorder."""
+        for pattern in self.forbidden:
+            owner_path, _, attr_glob = pattern.rpartition(".")
+            owner = module
+            for part in owner_path.split(".")[1:]:
+                owner = getattr(owner, part, None)
+            if owner is None:
+                continue
+            for attr in sorted(a for a in dir(owner) if fnmatch.fnmatchcase(a, attr_glob)):
+                self._wrap(owner, attr, f"{owner_path}.{attr}")
+
+    def _wrap(self, owner, attr, dotted):
+        original = getattr(owner, attr)
+        guard = self
+        if inspect.isclass(original):
+            init = original.__dict__.get("__init__")
+            if init is None or getattr(init, "_gate_shim", False):
+                return
+
+            @functools.wraps(init)
+            def recording_init(self, *args, **kwargs):
+                if type(self) is original or not type(self).__module__.startswith("torch."):
+                    guard.record("forbidden_api", dotted, "constructed")
+                return init(self, *args, **kwargs)
+
+            recording_init._gate_shim = True
+            original.__init__ = recording_init
+        elif callable(original) and not getattr(original, "_gate_shim", False):
+
+            @functools.wraps(original)
+            def recording(*args, **kwargs):
+                guard.record("forbidden_api", dotted, "called")
+                return original(*args, **kwargs)
+
+            recording._gate_shim = True
+            setattr(owner, attr, recording)
+
+
+class _ShimmingLoader(importlib.abc.Loader):
+    def __init__(self, loader, guard):
+        self.loader, self.guard = loader, guard
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.guard.shim(module)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+# -- loading and calling the submission ---------------------------------------------------------
+
+
+def _innermost(exc, root=None):
+    """' (at file.py:12)' for the innermost traceback frame, preferring frames inside root."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    if root is not None:
+        frames = [f for f in frames if f[0].f_code.co_filename.startswith(root)] or frames
+    if not frames:
+        return ""
+    frame, line = frames[-1]
+    name = frame.f_code.co_filename
+    shown = os.path.relpath(name, root) if root and name.startswith(root) else os.path.basename(name)
+    return f" (at {shown}:{line})"
+
+
+def _first_line(text, limit=300):
+    text = str(text).strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _describe_exception(exc, root):
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): sys.exit() was called{_innermost(exc, root)}"
+    return f"{type(exc).__name__}: {_first_line(exc)}{_innermost(exc, root)}"
+
+
+def load_submission(setup, guard):
+    """(namespace, None) or (None, {"kind": ..., "message": ...}) for a submission that cannot be graded."""
+    root = setup["submission_root"]
+    entry = os.path.join(root, setup["entry"])
+    sys.path.insert(0, os.path.dirname(entry) if not setup["package"] else os.path.dirname(os.path.dirname(entry)))
+    name = setup["module_name"]
+    spec = importlib.util.spec_from_file_location(name, entry, submodule_search_locations=[os.path.dirname(entry)] if setup["package"] else None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        where = f"{os.path.relpath(exc.filename, root) if exc.filename and exc.filename.startswith(root) else exc.filename}:{exc.lineno}"
+        return None, {"kind": "syntax_error", "message": f"SyntaxError at {where}: {exc.msg}"}
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt at import are the submission's too
+        kind = "exit_at_import" if isinstance(exc, SystemExit) else "import_error"
+        return None, {"kind": kind, "message": f"importing the submission raised {_describe_exception(exc, root)}"}
+    namespace = getattr(module, "ADAPTER", module)
+    if inspect.isclass(namespace):
+        try:
+            namespace = namespace()
+        except BaseException as exc:  # noqa: BLE001
+            return None, {"kind": "import_error", "message": f"ADAPTER() raised {_describe_exception(exc, root)}"}
+    return namespace, None
+
+
+def _builtin_bases(exc):
+    """The builtin exception classes exc is an instance of, most specific first (ValueError for a custom BadIds(ValueError))."""
+    return [c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins" and issubclass(c, BaseException)]
+
+
+def _signature_problem(fn, name, params):
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*params)
+    except TypeError as exc:
+        return f"{name}{signature} cannot be called as {name}({', '.join(params)}): {exc}"
+    return None
+
+
+class Converter:
+    """numpy arguments -> the submission's arrays; its answers -> plain numpy for the wire."""
+
+    def __init__(self, backend, device, dtype):
+        self.backend, self.device, self.dtype = backend, device, dtype
+        self._torch = None
+
+    @property
+    def torch(self):
+        if self._torch is None:
+            import torch
+
+            self._torch = torch
+        return self._torch
+
+    def inputs(self, value):
+        if isinstance(value, dict):
+            return {k: self.inputs(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.inputs(v) for v in value)
+        if not isinstance(value, np.ndarray):
+            return value
+        kind = value.dtype.kind
+        if self.backend == "numpy":
+            return value.astype(np.int64 if kind in "iu" else bool if kind == "b" else self.dtype)
+        torch = self.torch
+        dtype = torch.int64 if kind in "iu" else torch.bool if kind == "b" else getattr(torch, self.dtype)
+        return torch.as_tensor(value).to(device=self.device, dtype=dtype)
+
+    def answer(self, value, what):
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.answer(v, f"{what}[{i}]") for i, v in enumerate(value))
+        if isinstance(value, dict):
+            return {str(k): self.answer(v, f"{what}[{k!r}]") for k, v in value.items()}
+        if value is None or type(value) in (bool, int, float, str):  # not subclasses: they carry their own methods
+            return value
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        if type(value) is not np.ndarray and "torch" in sys.modules and isinstance(value, sys.modules["torch"].Tensor):
+            tensor = value.detach().cpu()
+            if tensor.dtype == sys.modules["torch"].bfloat16:
+                tensor = tensor.float()  # numpy has no bfloat16; float32 holds it exactly
+            value = tensor.numpy()
+        if isinstance(value, np.ndarray):
+            value = value.view(np.ndarray)  # a subclass's methods stay behind: only the bytes cross
+            kind = value.dtype.kind
+            if kind in "iu":
+                return value.astype(np.int64)
+            if kind == "f" and value.dtype.name in wire.DTYPES:
+                return value
+            if kind == "b":
+                return value
+            raise TypeError(f"{what} returned an array of dtype {value.dtype}, not a real-valued one")
+        raise TypeError(f"{what} returned a {type(value).__module__}.{type(value).__qualname__}, not an array")
+
+
+def serve(fd_in, fd_out, namespace, setup, guard):
+    """Answer calls until bye or EOF."""
+    functions = {name: getattr(namespace, name) for name in setup["functions"] if callable(getattr(namespace, name, None))}
+    backend = setup["backend"] or getattr(namespace, "BACKEND", "numpy")  # "any": the submission's own BACKEND
+    convert = Converter(backend if backend in ("numpy", "torch") else "numpy", setup["device"], setup["dtype"])
+    root = setup["submission_root"]
+    while True:
+        try:
+            header, buffers = wire.receive(fd_in, max_bytes=MAX_REQUEST_BYTES)
+        except wire.PipeClosed:
+            return
+        if header.get("op") != "call":
+            return
+        name = header["name"]
+        reply = {"op": "answer", "ok": False}
+        try:
+            args = convert.inputs(wire.decode(header["args"], buffers))
+            try:
+                out = functions[name](*args)
+            except BaseException as exc:  # noqa: BLE001 - a SystemExit mid-call is the submission's failure too
+                problem = _signature_problem(functions[name], name, setup["functions"][name]) if isinstance(exc, TypeError) else None
+                reply["error"] = {"kind": "signature" if problem else "raised",
+                                  "message": problem or f"{name} raised {_describe_exception(exc, root)}",
+                                  "type": type(exc).__name__, "builtin_bases": _builtin_bases(exc)}
+            else:
+                tree, out_buffers = wire.encode(convert.answer(out, name))
+                reply = {"op": "answer", "ok": True, "value": tree}
+        except (TypeError, wire.WireError) as exc:
+            reply["error"], out_buffers = {"kind": "output", "message": _first_line(exc)}, []
+        except BaseException as exc:  # noqa: BLE001 - converting the answer ran the submission's code too
+            reply["error"], out_buffers = {"kind": "output", "message": f"converting {name}'s answer raised {_describe_exception(exc, root)}"}, []
+        if not reply["ok"]:
+            out_buffers = []
+        reply["evidence"] = guard.new_evidence()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        wire.send(fd_out, reply, out_buffers)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    fd_in, fd_out = int(argv[0]), int(argv[1])
+    faulthandler.enable()  # a segfault prints the submission's stack to the captured stderr
+    sys.dont_write_bytecode = True
+    header, _ = wire.receive(fd_in, max_bytes=0)
+    setup = header["setup"]
+    os.chdir(setup["workdir"])
+    protections = _confine(setup)
+    wire.send(fd_out, {"op": "hello", "protections": protections, "uid": os.getuid()})
+    guard = Guard(setup["blocked"], setup["forbidden"], setup["submission_root"])
+    guard.install()
+    namespace, problem = load_submission(setup, guard)
+    present = [] if namespace is None else [n for n in setup["functions"] if callable(getattr(namespace, n, None))]
+    backend = None if namespace is None else getattr(namespace, "BACKEND", None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    wire.send(fd_out, {"op": "loaded", "ok": problem is None, "problem": problem, "functions": present,
+                       "backend": backend if isinstance(backend, str) else repr(backend) if backend is not None else None,
+                       "evidence": guard.new_evidence()})
+    if problem is None:
+        serve(fd_in, fd_out, namespace, setup, guard)
+    os._exit(0)  # skip interpreter teardown: nothing the submission registered (atexit, __del__) runs after the last answer
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Weights for the block and the model, model configurations, and token ids.
+
+A block's or a model's weights come from one drawn seed (see strategies/core.py): init_block_params
+and init_gpt_params build them from that seed with the usual fan-in scaling, so activations stay
+near unit size through a few blocks, and anyone can rebuild the same weights outside hypothesis
+(the overfit gate does). Layouts follow the protocol (invariants/protocol.py): W (in, out), so a
+layer is x @ W + b.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from strategies._validation import InvalidArgument, check_int, check_int_range
+from strategies.core import seeds
+
+ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
+BIAS_STD = 0.2  # biases and norm shifts: small next to the unit-size activations, large enough to matter
+
+
+def _check_bias_choice(attn_bias):
+    if attn_bias is not None and not isinstance(attn_bias, bool):
+        raise InvalidArgument(f"attn_bias={attn_bias!r} must be True, False or None (None draws both)")
+
+
+def _bias_choices(attn_bias):
+    return st.booleans() if attn_bias is None else st.just(attn_bias)
+
+
+def init_block_params(d_model, seed, *, d_ff=None, attn_bias=False):
+    """One pre-norm block's params from `seed`: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2 (+ b_q b_k b_v b_o).
+
+    Matrices are standard normal / √fan_in, norm gains uniform in [0.5, 1.5], biases N(0, 0.2²);
+    d_ff defaults to 4·d_model.
+    """
+    check_int("d_model", d_model, low=1)
+    d, F = d_model, 4 * d_model if d_ff is None else d_ff
+    check_int("d_ff", F, low=1)
+    rng = np.random.default_rng(seed)
+
+    def matrix(fan_in, fan_out):
+        return rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)
+
+    def bias(n):
+        return BIAS_STD * rng.standard_normal(n)
+
+    params = {
+        "ln1_g": rng.uniform(0.5, 1.5, d), "ln1_b": bias(d),  # (d,)
+        "W_q": matrix(d, d), "W_k": matrix(d, d), "W_v": matrix(d, d), "W_o": matrix(d, d),  # (d, d)
+        "ln2_g": rng.uniform(0.5, 1.5, d), "ln2_b": bias(d),  # (d,)
+        "W1": matrix(d, F), "b1": bias(F),  # (d, F), (F,)
+        "W2": matrix(F, d), "b2": bias(d),  # (F, d), (d,)
+    }
+    if attn_bias:
+        params.update({name: bias(d) for name in ATTENTION_BIASES})  # (d,) each
+    return params
+
+
+def block_params(d_model, *, d_ff=None, attn_bias=None):
+    """Params dicts for one pre-norm block of width d_model (see init_block_params for the values).
+
+    d_ff is the feed-forward width (None: 4·d_model). attn_bias=True adds GPT-2's attention biases
+    b_q b_k b_v b_o, False leaves them out, None draws both kinds.
+    """
+    check_int("d_model", d_model, low=1)
+    if d_ff is not None:
+        check_int("d_ff", d_ff, low=1)
+    _check_bias_choice(attn_bias)
+    return st.builds(lambda seed, bias: init_block_params(d_model, seed, d_ff=d_ff, attn_bias=bias), seeds(), _bias_choices(attn_bias))
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """A GPT-2-shaped model: vocabulary V, positions max_len, L blocks of H heads of width D; d_model = H·D, d_ff = 4·d_model."""
+
+    vocab: int
+    max_len: int
+    n_layers: int
+    n_heads: int
+    d_head: int
+    attn_bias: bool
+
+    @property
+    def d_model(self):
+        return self.n_heads * self.d_head
+
+
+def gpt_configs(
+    *,
+    min_vocab=2, max_vocab=12,
+    min_max_len=1, max_max_len=8,
+    min_layers=1, max_layers=2,
+    min_heads=1, max_heads=3,
+    min_d_head=1, max_d_head=6,
+    attn_bias=None,
+):
+    """GPTConfig with every field in its [min, max] range; d_model = n_heads·d_head, valid by construction.
+
+    attn_bias=None draws models with and without attention biases. Shrinks towards the edge
+    cases: the smallest vocabulary, max_len 1, one head of width 1 (d_model 1).
+    """
+    check_int_range("vocab", min_vocab, max_vocab, low=1)
+    check_int_range("max_len", min_max_len, max_max_len, low=1)
+    check_int_range("layers", min_layers, max_layers, low=0)
+    check_int_range("heads", min_heads, max_heads, low=1)
+    check_int_range("d_head", min_d_head, max_d_head, low=1)
+    _check_bias_choice(attn_bias)
+    return st.builds(
+        GPTConfig,
+        vocab=st.integers(min_vocab, max_vocab),
+        max_len=st.integers(min_max_len, max_max_len),
+        n_layers=st.integers(min_layers, max_layers),
+        n_heads=st.integers(min_heads, max_heads),
+        d_head=st.integers(min_d_head, max_d_head),
+        attn_bias=_bias_choices(attn_bias),
+    )
+
+
+def init_gpt_params(config, seed, *, embedding_std=1.0):
+    """A model's params from `seed`: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b (d,).
+
+    Embedding tables are N(0, embedding_std²); each block comes from init_block_params.
+    """
+    if not isinstance(config, GPTConfig):
+        raise InvalidArgument(f"config={config!r} must be a GPTConfig")
+    d = config.d_model
+    rng = np.random.default_rng(seed)
+    block_seeds = rng.integers(0, 2**32, size=config.n_layers)  # (L,)
+    return {
+        "wte": embedding_std * rng.standard_normal((config.vocab, d)),  # (V, d)
+        "wpe": embedding_std * rng.standard_normal((config.max_len, d)),  # (max_len, d)
+        "blocks": [init_block_params(d, int(s), attn_bias=config.attn_bias) for s in block_seeds],
+        "lnf_g": rng.uniform(0.5, 1.5, d),  # (d,)
+        "lnf_b": BIAS_STD * rng.standard_normal(d),  # (d,)
+    }
+
+
+def gpt_params(config):
+    """Params trees for a model of `config` (a GPTConfig), the values as in init_gpt_params."""
+    if not isinstance(config, GPTConfig):
+        raise InvalidArgument(f"config={config!r} must be a GPTConfig; draw one from gpt_configs()")
+    return st.builds(lambda seed: init_gpt_params(config, seed), seeds())
+
+
+ID_PATTERNS = ("random", "one repeated id", "only 0 and vocab - 1")
+
+
+def token_ids(vocab, *, min_batch=1, max_batch=3, min_seq=1, max_seq=8):
+    """int64 arrays (B, T) of ids in [0, vocab), B and T in their [min, max] ranges.
+
+    Besides uniform random ids, generates on purpose one id repeated everywhere (every
+    attention score ties) and only the extreme ids 0 and vocab - 1 (off-by-one table lookups).
+    """
+    check_int("vocab", vocab, low=1)
+    check_int_range("batch", min_batch, max_batch, low=1)
+    check_int_range("seq", min_seq, max_seq, low=1)
+
+    def build(B, T, pattern, seed):
+        rng = np.random.default_rng(seed)
+        if pattern == "one repeated id":
+            return np.full((B, T), rng.integers(0, vocab), dtype=np.int64)
+        if pattern == "only 0 and vocab - 1":
+            return rng.choice(np.array([0, vocab - 1], dtype=np.int64), size=(B, T))
+        return rng.integers(0, vocab, size=(B, T), dtype=np.int64)
+
+    return st.builds(build, st.integers(min_batch, max_batch), st.integers(min_seq, max_seq), st.sampled_from(ID_PATTERNS), seeds())
