@@ -20,6 +20,8 @@ def _fmt(value):
         value = value.item()
     if isinstance(value, (float, np.floating)):
         return f"{float(value):.9g}"
+    if isinstance(value, np.integer):
+        return str(int(value))
     return repr(value)
 
 

@@ -7,6 +7,7 @@ and turn its three outcomes (return, InvariantSkipped, InvariantFailure) into th
 from __future__ import annotations
 
 import time
+import unittest
 
 import numpy as np
 from hypothesis import given
@@ -19,8 +20,11 @@ from invariants.protocol import ImplementationError, OutputError
 MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
 
 
-class InvariantSkipped(Exception):
-    """The invariant does not apply to this implementation; the message says why."""
+class InvariantSkipped(unittest.SkipTest):
+    """The invariant does not apply to this implementation; the message says why.
+
+    A SkipTest, so hypothesis re-raises it at once when a check raises it mid-search.
+    """
 
 
 class InvariantFailure(AssertionError):

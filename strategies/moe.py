@@ -1,0 +1,210 @@
+"""Inputs for the mixture of experts: (tokens, experts, k) shapes, router logits and moe params on exact grids.
+
+Router logits and router scores live on binary grids small enough that every dtype, bfloat16
+included, holds them exactly: the implementation sees exactly the drawn scores, so ties stay
+ties, distinct scores stay distinct, and the top-k choice is the same for every correct
+implementation in every dtype. Ties and all-zero rows are generated on purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
+from strategies.core import seeds
+
+LOGIT_STEP = 1 / 8  # router logits are multiples of this
+MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples of 1/8 there are exact in bfloat16
+TOKEN_STEP, MAX_TOKEN = 1 / 4, 1.0  # moe inputs x: multiples of 1/4 in [-1, 1]
+ROUTER_STEP, MAX_ROUTER = 1 / 8, 0.5  # router weights: multiples of 1/8 in [-1/2, 1/2]
+MAX_MOE_D = 16  # router scores x·W_r are then multiples of 1/32 no larger than 8: exact in bfloat16
+
+ROW_PATTERNS = ("zero", "tied", "leaning", "confident", "spread")  # shrinks towards all-zero rows
+TIE_FREE_PATTERNS = ("spread", "leaning", "confident")
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """N tokens routed to k of E experts (1 <= k <= E), model width d."""
+
+    tokens: int
+    experts: int
+    k: int
+    d_model: int
+
+
+def moe_shapes(*, min_tokens=1, max_tokens=8, min_experts=1, max_experts=8, min_k=1, max_k=None, min_d=1, max_d=8):
+    """MoEShape(tokens, experts, k, d_model) with min_k <= k <= min(max_k, experts), valid by construction.
+
+    max_k=None lets k go up to the number of experts. The edge cases come on purpose: k is drawn
+    as its smallest value, as E (k = n, the dense mixture) or in between, each a third of the time,
+    and experts shrink to min_experts (one expert by default). max_d <= 16 keeps moe's router
+    scores exact in every dtype (see moe_params).
+    """
+    check_int_range("tokens", min_tokens, max_tokens, low=1)
+    check_int_range("experts", min_experts, max_experts, low=1)
+    check_int("min_k", min_k, low=1)
+    if max_k is not None:
+        check_int_range("k", min_k, max_k, low=1)
+    if min_k > max_experts:
+        raise InvalidArgument(
+            f"min_k={min_k!r} is larger than max_experts={max_experts!r}: k experts per token need k <= E; lower min_k or raise max_experts"
+        )
+    check_int_range("d", min_d, max_d, low=1)
+    _check_moe_width("max_d", max_d)
+
+    @st.composite
+    def shapes(draw):
+        experts = draw(st.integers(max(min_experts, min_k), max_experts))
+        top = experts if max_k is None else min(max_k, experts)
+        k = draw(st.one_of(st.just(min_k), st.just(top), st.integers(min_k, top)))
+        return MoEShape(draw(st.integers(min_tokens, max_tokens)), experts, k, draw(st.integers(min_d, max_d)))
+
+    return shapes()
+
+
+def _check_moe_width(name, d):
+    if d > MAX_MOE_D:
+        raise InvalidArgument(f"{name}={d!r} is above {MAX_MOE_D}: router scores are exact in bfloat16 only up to d = {MAX_MOE_D}; lower {name}")
+
+
+def _check_router_shape(n_tokens, n_experts):
+    check_int("n_tokens", n_tokens, low=1)
+    check_int("n_experts", n_experts, low=1)
+
+
+def _check_max_logit(max_logit):
+    check_float("max_logit", max_logit, positive=True)
+    if not LOGIT_STEP <= max_logit <= MAX_LOGIT:
+        raise InvalidArgument(
+            f"max_logit={max_logit!r} must lie in [{LOGIT_STEP}, {MAX_LOGIT}]: the grid of 1/8 is exact in bfloat16 up to 16 in size, shifts included"
+        )
+
+
+def _row(rng, pattern, n_experts, target, top, ties):
+    """One token's logits (E,) in grid steps, within ±top; `target` is the expert a leaning or confident row favours."""
+    E = n_experts
+    if pattern == "zero":
+        return np.zeros(E)  # every expert ties
+    if pattern == "tied":
+        return rng.choice([-min(4, top), 0, min(4, top)], size=E).astype(float)  # three values: ties almost surely
+    if pattern == "spread":
+        return rng.choice(np.arange(-top, top + 1), size=E, replace=ties).astype(float)
+    if pattern == "leaning":  # near-uniform, the target one step ahead
+        lead, rest = (1, np.zeros(E - 1)) if ties else (top, top - 1 - rng.permutation(E - 1))
+    else:  # "confident": the target at +top, the rest at (or just above) -top
+        lead, rest = (top, np.full(E - 1, -top)) if ties else (top, -top + rng.permutation(E - 1))
+    return np.insert(rest.astype(float), target, lead)
+
+
+def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=None):
+    """float64 router scores (n_tokens, n_experts): multiples of 1/8 in [-max_logit, max_logit], row by row a pattern.
+
+    Bounded on purpose: the smallest kept gate is at least exp(-2·max_logit)/k, so with the default
+    4 it stays far above float16's smallest subnormal (6e-8) and "exactly k gates are non-zero"
+    holds in every dtype; logits of ±20 would underflow it. On the grid (max_logit <= 8) every value
+    and every per-token shift by up to max_logit is exact in bfloat16, so ties stay ties.
+    Row patterns: "zero" (every expert ties), "tied" (three values), "leaning" (near-uniform, the
+    batch's favourite expert one step of 1/8 ahead), "confident" (one expert other than the
+    favourite at +max_logit, the rest near -max_logit) and "spread" (anywhere on the grid).
+    Leaning and confident rows together make the lopsided batches where the balance loss drops
+    below 1; patterns=("leaning", "confident") draws only those. ties=False gives tie-free rows
+    (each row's values distinct, at least 1/8 apart; no "zero" or "tied" rows) for laws that need
+    a unique top-k set: it needs 2·⌊8·max_logit⌋ + 1 >= n_experts grid values.
+    """
+    _check_router_shape(n_tokens, n_experts)
+    _check_max_logit(max_logit)
+    if not isinstance(ties, bool):
+        raise InvalidArgument(f"ties={ties!r} must be True or False")
+    allowed = ROW_PATTERNS if ties else TIE_FREE_PATTERNS
+    if patterns is None:
+        patterns = allowed
+    elif isinstance(patterns, str) or not patterns or any(p not in allowed for p in patterns):
+        raise InvalidArgument(f"patterns={patterns!r} must be a non-empty tuple of names from {allowed!r}" + ("" if ties else " (ties=False)"))
+    top = int(np.floor(max_logit / LOGIT_STEP))  # the largest grid value, in steps
+    if not ties and 2 * top + 1 < n_experts:
+        raise InvalidArgument(
+            f"max_logit={max_logit!r} leaves {2 * top + 1} values on the grid of 1/8, fewer than n_experts={n_experts!r}: "
+            "tie-free rows need one per expert; raise max_logit or pass ties=True"
+        )
+    others = max(n_experts - 2, 0)  # confident rows pick one of the other experts (any, with one expert)
+
+    @st.composite
+    def logits(draw):
+        rows = draw(st.lists(st.sampled_from(patterns), min_size=n_tokens, max_size=n_tokens))
+        favourite = draw(st.integers(0, n_experts - 1))
+        picks = draw(st.lists(st.integers(0, others), min_size=n_tokens, max_size=n_tokens))
+        confident_of = [c + (c >= favourite and n_experts > 1) for c in picks]
+        rng = np.random.default_rng(draw(seeds()))
+        steps = [_row(rng, p, n_experts, favourite if p == "leaning" else c, top, ties) for p, c in zip(rows, confident_of, strict=True)]
+        return np.stack(steps) * LOGIT_STEP  # (N, E)
+
+    return logits()
+
+
+def uniform_mean_router_logits(n_experts, *, min_orbits=1, max_orbits=3, max_logit=4.0):
+    """Router scores (orbits·E, E) whose mean softmax probability is uniform: every cyclic shift of a few base rows.
+
+    Each base row (from router_logits: ties, all-zero rows, leaning and confident rows alike)
+    appears once per expert position, so each expert sees each probability exactly once per
+    orbit: the mean probability is exactly 1/E in exact arithmetic. The rows are shuffled.
+    """
+    check_int("n_experts", n_experts, low=1)
+    check_int_range("orbits", min_orbits, max_orbits, low=1)
+    _check_max_logit(max_logit)
+
+    @st.composite
+    def logits(draw):
+        orbits = draw(st.integers(min_orbits, max_orbits))
+        base = draw(router_logits(orbits, n_experts, max_logit=max_logit))  # (orbits, E)
+        rows = np.concatenate([np.roll(base, shift, axis=-1) for shift in range(n_experts)])  # (orbits·E, E)
+        return np.random.default_rng(draw(seeds())).permutation(rows)
+
+    return logits()
+
+
+def moe_tokens(n_tokens, d_model):
+    """float64 moe inputs x (n_tokens, d_model): multiples of 1/4 in [-1, 1] (see moe_params for why a grid)."""
+    check_int("n_tokens", n_tokens, low=1)
+    check_int("d_model", d_model, low=1)
+    _check_moe_width("d_model", d_model)
+    most = round(MAX_TOKEN / TOKEN_STEP)  # 4 steps of 1/4
+    return st.builds(lambda seed: np.random.default_rng(seed).integers(-most, most + 1, (n_tokens, d_model)) * TOKEN_STEP, seeds())
+
+
+def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0):
+    """{"router": (d, E), "experts": [{W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)}] × E} for moe(x, router, experts, k).
+
+    The router's weights are multiples of 1/8 in [-1/2, 1/2]: with inputs from moe_tokens every
+    product x·w is a multiple of 1/32 and every partial sum is at most d·1·1/2 <= 8 in size, so
+    the router scores are exact in every dtype and summation order (d <= 16). Each expert is a
+    feed-forward network of width d_ff (default 4·d_model) with fan-in scaled weights times a
+    scale drawn from [min_scale, max_scale] per expert, and biases of std 0.2 times that scale.
+    """
+    check_int("d_model", d_model, low=1)
+    _check_moe_width("d_model", d_model)
+    check_int("n_experts", n_experts, low=1)
+    F = 4 * d_model if d_ff is None else d_ff
+    check_int("d_ff", F, low=1)
+    check_float("min_scale", min_scale, positive=True)
+    check_float("max_scale", max_scale, positive=True)
+    check_order("min_scale", min_scale, "max_scale", max_scale)
+    most = round(MAX_ROUTER / ROUTER_STEP)  # 4 steps of 1/8
+
+    def build(seed):
+        rng = np.random.default_rng(seed)
+        router = rng.integers(-most, most + 1, (d_model, n_experts)) * ROUTER_STEP  # (d, E)
+        experts = []
+        for scale in rng.uniform(min_scale, max_scale, n_experts):
+            experts.append({
+                "W1": scale * rng.standard_normal((d_model, F)) / np.sqrt(d_model),  # (d, F)
+                "b1": 0.2 * scale * rng.standard_normal(F),  # (F,)
+                "W2": scale * rng.standard_normal((F, d_model)) / np.sqrt(F),  # (F, d)
+                "b2": 0.2 * scale * rng.standard_normal(d_model),  # (d,)
+            })
+        return {"router": router, "experts": experts}
+
+    return st.builds(build, seeds())
