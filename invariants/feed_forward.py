@@ -1,1 +1,102 @@
-"""Invariants of feed_forward (being written)."""
+"""Invariants of feed_forward: position-wise (each token alone), token-permutation equivariance, W2 = 0 gives b2, reference."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from invariants.activation import assert_close_to_either_form, erf_gelu
+from invariants.asserts import assert_close, assert_equal, assert_shape
+from invariants.reference_check import reference_answer
+from invariants.registry import invariant
+from invariants.tolerance import agreement_tolerance
+from strategies.feed_forward import feed_forward_weights, hidden_states
+
+ARGS = ("W1", "b1", "W2", "b2")
+
+
+def _draw(case, **states):
+    """Token states x (B, T, d) and weights with a hidden width F in [1, 4·d]."""
+    x = case.draw(hidden_states(**states), "x")  # (B, T, d)
+    d = x.shape[-1]
+    p = case.draw(feed_forward_weights(d, min_hidden=1, max_hidden=4 * d), "W1, b1, W2, b2")
+    return x, p
+
+
+def _term_scale(impl, x, p):
+    """The largest sum of term sizes, max of (|x|·|W1| + |b1|)·|W2| + |b2|: a matrix product rounds relative to the terms
+    it adds, not to its result (which may cancel to near 0), and GELU passes errors in h = x·W1 + b1 on with a slope below 1.13."""
+    x, W1, b1, W2, b2 = (np.abs(a) for a in impl.as_seen((x, *(p[name] for name in ARGS))))
+    return float(((x @ W1 + b1) @ W2 + b2).max())  # (B, T, d) -> scalar
+
+
+def _ffn(impl, x, p, call):
+    return assert_shape(impl.feed_forward(x, *(p[name] for name in ARGS)), x.shape, "feed_forward(x)", call)
+
+
+@invariant(
+    requires=("feed_forward",),
+    hint="tokens are mixed: something is pooled over the sequence or batch axis (a mean, a norm, a sum) inside the feed-forward network",
+)
+def feed_forward_position_wise(impl, case):
+    """Changing one token of x leaves the feed-forward output at every other token exactly unchanged (same shapes, so bitwise)."""
+    x, p = _draw(case)
+    B, T, d = x.shape
+    b, t = case.draw(st.integers(0, B - 1), "changed batch item"), case.draw(st.integers(0, T - 1), "changed token")
+    new = case.draw(hidden_states(min_batch=1, max_batch=1, min_seq=1, max_seq=1, min_d=d, max_d=d), "new token")  # (1, 1, d)
+    changed = x.copy()
+    changed[b, t] = new[0, 0]
+    call = f"feed_forward(x, W1, b1, W2, b2) with token [{b}, {t}] replaced"
+    keep = np.ones((B, T), dtype=bool)
+    keep[b, t] = False
+    before, after = _ffn(impl, x, p, call), _ffn(impl, changed, p, call)
+    assert_equal(after[keep], before[keep], f"feed_forward output at tokens other than [{b}, {t}]", call)
+
+
+@invariant(
+    requires=("feed_forward",),
+    hint="the output depends on a token's position: a positional term or a shift along the sequence is added inside the network",
+)
+def feed_forward_permutation_equivariant(impl, case):
+    """Permuting the tokens of x permutes the feed-forward output the same way: ffn(x[:, π]) = ffn(x)[:, π], to rounding.
+
+    Not bitwise: a matrix multiply treats rows in blocks, and a row that moves to another
+    block position may be summed in another order (torch float32 and numpy's BLAS, measured).
+    """
+    x, p = _draw(case)
+    perm = np.array(case.draw(st.permutations(range(x.shape[1])), "π (token order)"))
+    call = "feed_forward(x[:, π], ...) vs feed_forward(x, ...)[:, π]"
+    tol = impl.tolerance.at_scale(_term_scale(impl, x, p))
+    assert_close(_ffn(impl, x[:, perm], p, call), _ffn(impl, x, p, call)[:, perm], "feed_forward(x[:, π])", tol, call)
+
+
+@invariant(
+    requires=("feed_forward",),
+    hint="b2 is dropped, or the GELU (or another step) is applied after W2: with W2 = 0 the output must be b2 at every token",
+)
+def feed_forward_zero_W2_gives_b2(impl, case):
+    """With W2 = 0 the output is b2 at every token, exactly (0·h sums to 0 and 0 + b2 = b2), so W2 = 0, b2 = 0 gives exactly 0."""
+    x, p = _draw(case)
+    zero_bias = case.draw(st.booleans(), "b2 = 0 too")
+    p = dict(p, W2=np.zeros_like(p["W2"]))
+    if zero_bias:
+        p["b2"] = np.zeros_like(p["b2"])
+    call = f"feed_forward(x, W1, b1, zeros, {'zeros' if zero_bias else 'b2'})"
+    expected = np.broadcast_to(impl.as_seen(p["b2"]), x.shape)  # (B, T, d)
+    assert_equal(_ffn(impl, x, p, call), expected, "feed_forward(x) with W2 = 0", call)
+
+
+@invariant(
+    requires=("feed_forward",),
+    hint="a convention differs from GELU(x·W1 + b1)·W2 + b2: a bias is dropped, a weight is transposed, or another activation is used",
+)
+def feed_forward_agrees_with_reference(impl, case):
+    """feed_forward agrees with the float64 reference, either GELU form: 1e-10 in float64, the dtype tolerance otherwise, at the terms' scale."""
+    x, p = _draw(case)
+    args = (x, *(p[name] for name in ARGS))
+    call = "feed_forward(x, W1, b1, W2, b2)"
+    got = _ffn(impl, x, p, call)
+    x64, W1, b1, W2, b2 = impl.as_seen(args)
+    forms = {"tanh": reference_answer(impl, "feed_forward", *args), "erf": erf_gelu(x64 @ W1 + b1) @ W2 + b2}
+    tol = agreement_tolerance(impl.dtype).at_scale(_term_scale(impl, x, p))
+    assert_close_to_either_form(got, forms, "feed_forward(x, W1, b1, W2, b2)", tol, call)

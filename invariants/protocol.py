@@ -195,7 +195,8 @@ class Implementation:
             return value.astype(np.int64 if integer else value.dtype if value.dtype == bool else self.dtype)
         torch = self._torch
         dtype = torch.int64 if integer else torch.bool if value.dtype == bool else getattr(torch, self.dtype)
-        tensor = torch.as_tensor(np.ascontiguousarray(value)).to(device=self.device, dtype=dtype)
+        contiguous = np.ascontiguousarray(value).reshape(value.shape)  # ascontiguousarray makes 0-d arrays 1-d
+        tensor = torch.as_tensor(contiguous).to(device=self.device, dtype=dtype)
         return tensor.requires_grad_(True) if requires_grad else tensor
 
     def to_numpy(self, value, what):

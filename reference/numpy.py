@@ -12,6 +12,8 @@ Dimension letters, used in every shape comment:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from reference.counts import (  # noqa: F401  (part of this module's protocol surface)
@@ -86,7 +88,8 @@ def rms_norm(x, gain, eps=EPS):
 
 def gelu(x):
     """GELU, tanh approximation: the form GPT-2 and BERT use."""
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    # math.sqrt gives a Python float: a numpy float64 scalar would promote float32 inputs to float64
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 # ---------------------------------------------------------------------------
@@ -107,7 +110,7 @@ def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None
         return y.reshape(B, T, n_heads, D).transpose(0, 2, 1, 3)  # (B, H, T, D)
 
     q, k, v = split_heads(W_q, b_q), split_heads(W_k, b_k), split_heads(W_v, b_v)
-    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D)  # (B, H, T, D) x (B, H, D, T) -> (B, H, T, T)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)  # (B, H, T, D) x (B, H, D, T) -> (B, H, T, T)
     if causal:
         future = np.triu(np.ones((T, T), dtype=bool), k=1)  # (T, T): True where key > query
         scores = np.where(future, -np.inf, scores)  # mask BEFORE the softmax
@@ -215,6 +218,6 @@ def tokens_per_expert(router_logits, k):
 def load_balancing_loss(router_logits, k):
     """Switch auxiliary loss E · Σ_i f_i · P_i: f_i the share of the N·k routing slots expert i got, P_i its mean probability."""
     N, E = router_logits.shape
-    f = tokens_per_expert(router_logits, k) / (N * k)  # (E,), sums to 1
+    f = (tokens_per_expert(router_logits, k) / (N * k)).astype(router_logits.dtype)  # (E,), sums to 1
     P = softmax(router_logits).mean(axis=0)  # (E,)
     return E * np.sum(f * P)
