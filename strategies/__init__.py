@@ -1,14 +1,36 @@
 """Hypothesis strategies for transformer components: shapes, weights, well-posed inputs, dtypes.
 
 Importable by anyone testing their own implementation; every strategy validates its
-arguments and says in its docstring where its inputs keep a property well-posed.
+arguments (InvalidArgument names the argument, its value and the fix) and says in its
+docstring where it keeps a property well-posed. One module per component:
+
+    core          seeds, float_arrays, weights, attention_shapes, dtypes, devices
+    softmax       logits (row patterns: uniform, tied max, dominant, masked), large_logits, shifts, targets
+    norms         norm_rows (row spread bounded away from 0), scale_factors, gains_and_biases
+    activation    activation_inputs, paddings
+    attention     attention_inputs
+    feed_forward  hidden_states, feed_forward_weights
+    params        block_params, gpt_configs, gpt_params, token_ids (+ init_* builders from a seed)
+    moe           moe_shapes, router_logits (ties, all-zero rows), uniform_mean_router_logits, moe_tokens, moe_params
+    text          corpora, token_streams, window_lengths
 """
 
 from strategies._validation import InvalidArgument
+from strategies.activation import activation_inputs, paddings
+from strategies.attention import attention_inputs
 from strategies.core import AttentionShape, attention_shapes, devices, dtypes, float_arrays, seeds, weights
+from strategies.feed_forward import feed_forward_weights, hidden_states
+from strategies.moe import MoEShape, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from strategies.norms import gains_and_biases, norm_rows, scale_factors
+from strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
+from strategies.softmax import large_logits, logits, shifts, targets
+from strategies.text import corpora, token_streams, window_lengths
 
 __all__ = [
-    "AttentionShape", "InvalidArgument",
-    "attention_shapes", "devices", "dtypes", "float_arrays", "gains_and_biases", "norm_rows", "scale_factors", "seeds", "weights",
+    "AttentionShape", "GPTConfig", "InvalidArgument", "MoEShape",
+    "activation_inputs", "attention_inputs", "attention_shapes", "block_params", "corpora", "devices", "dtypes",
+    "feed_forward_weights", "float_arrays", "gains_and_biases", "gpt_configs", "gpt_params", "hidden_states",
+    "init_block_params", "init_gpt_params", "large_logits", "logits", "moe_params", "moe_shapes", "moe_tokens",
+    "norm_rows", "paddings", "router_logits", "scale_factors", "seeds", "shifts", "targets", "token_ids",
+    "token_streams", "uniform_mean_router_logits", "weights", "window_lengths",
 ]
