@@ -82,7 +82,7 @@ def batches_shift_by_one(impl, case):
 
 OVERFIT_TEXT = "the quick brown fox jumps over the lazy dog. the dog sleeps. "  # 61 characters of the course alphabet
 OVERFIT_MODEL = GPTConfig(vocab=len(COURSE_ALPHABET), max_len=64, n_layers=2, n_heads=4, d_head=8, attn_bias=False)
-OVERFIT_STEPS, OVERFIT_LR, OVERFIT_TARGET = 300, 3e-3, 0.1  # Adam at the course's lr; a correct model needs ~40 steps
+OVERFIT_STEPS, OVERFIT_LR, OVERFIT_TARGET = 120, 3e-3, 0.1  # Adam at the course's lr; a correct model needs ~40 steps
 
 
 def _adam_trains(impl):
