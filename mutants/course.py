@@ -20,7 +20,11 @@ def stripping_decode(ids, vocab):
     return "".join(vocab[int(i)].strip() for i in ids)
 
 
-@mutant(replaces="get_batch", killed_by="course.batches_shift_by_one", bug="starts drawn from range(len(data) - seq_len - 1): the last window is never drawn")
+@mutant(
+    replaces="get_batch",
+    killed_by="course.batches_shift_by_one",
+    bug="starts drawn from range(len(data) - seq_len - 1): the last window is never drawn",
+)
 def short_range_get_batch(data, batch_size, seq_len, seed):
     data = np.asarray(data)
     starts = np.random.default_rng(seed).integers(0, len(data) - seq_len - 1, size=batch_size)
