@@ -16,6 +16,8 @@ import hashlib
 import hmac
 import os
 import shutil
+import sys
+import sysconfig
 import tempfile
 import time
 import traceback
@@ -299,6 +301,13 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
     return result
 
 
+# Longest first, so that site-packages is named before the prefix that contains it.
+_INSTALL_PATHS = sorted(
+    {(sysconfig.get_paths()[key], f"<{key}>") for key in ("purelib", "platlib", "stdlib")} | {(sys.prefix, "<python>")},
+    key=lambda pair: -len(pair[0]),
+)
+
+
 def _collect_output(result, scratch, starts, cap):
     for stream in ("stdout", "stderr"):
         parts = []
@@ -307,7 +316,9 @@ def _collect_output(result, scratch, starts, cap):
             data = path.read_bytes() if path.exists() else b""
             if data:
                 parts.append((f"[worker start {generation}]\n".encode() if starts > 1 else b"") + data)
-        data = b"".join(parts).replace(str(scratch).encode(), b"<scratch>")  # the same report on every run
+        data = b"".join(parts).replace(str(scratch).encode(), b"<scratch>")  # the same report on every run ...
+        for place, name in _INSTALL_PATHS:  # ... and on every machine, whichever environment runs the gate
+            data = data.replace(place.encode(), name.encode())
         result.output[f"{stream}_bytes"] = len(data)
         result.output[stream] = clean_output(data, cap)
 
