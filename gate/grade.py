@@ -302,8 +302,9 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
 
 
 # Longest first, so that site-packages is named before the prefix that contains it.
+_PATHS = sysconfig.get_paths()
 _INSTALL_PATHS = sorted(
-    {(sysconfig.get_paths()[key], f"<{key}>") for key in ("purelib", "platlib", "stdlib")} | {(sys.prefix, "<python>")},
+    {_PATHS["purelib"]: "<site-packages>", _PATHS["platlib"]: "<site-packages>", _PATHS["stdlib"]: "<stdlib>", sys.prefix: "<python>"}.items(),
     key=lambda pair: -len(pair[0]),
 )
 
