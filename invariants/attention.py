@@ -20,12 +20,11 @@ from invariants.reference_check import reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.attention import attention_args, attention_inputs
-from strategies.core import float_arrays, weights
+from strategies.core import float_arrays
+from strategies.core import weights as weight_matrices
 
 # Each strategy built once per set of arguments: building one costs more than drawing from it.
 _inputs = lru_cache(maxsize=None)(attention_inputs)
-_arrays = lru_cache(maxsize=None)(float_arrays)
-_weights = lru_cache(maxsize=None)(weights)
 
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new tokens: other values, finite and of any moderate size
 # Roundings in the dtype between attention's inputs and its output (q, k, q·kᵀ, /√D, the softmax, v,
@@ -88,7 +87,7 @@ def causal_non_leakage(impl, case):
     B, T, d = x.shape
     j = case.draw(st.integers(1, T - 1), "j (first replaced position)")
     changed = x.copy()
-    changed[:, j:] = case.draw(_arrays((B, T - j, d), **PERTURBATION_SCALES), "new tokens at positions >= j")
+    changed[:, j:] = case.draw(float_arrays((B, T - j, d), **PERTURBATION_SCALES), "new tokens at positions >= j")
     call = _call(inputs, f"with x[:, {j}:] replaced")
     out, weights = _attend(impl, inputs, call)
     new_out, new_weights = _attend(impl, inputs, call, x=changed)
@@ -115,7 +114,7 @@ def causal_gradient(impl, case):
     inputs = case.draw(_inputs(min_seq=2, causal=True), "inputs")
     x = inputs["x"]  # (B, T, d)
     B, T, d = x.shape
-    cotangents = case.draw(_arrays((T - 1, B, d)), "cotangents")  # a random direction of each out[:, i], i < T - 1
+    cotangents = case.draw(float_arrays((T - 1, B, d)), "cotangents")  # a random direction of each out[:, i], i < T - 1
     args = list(impl.to_backend(attention_args(inputs)))
     args[0] = impl.to_backend(x, requires_grad=True)
     call = _call(inputs, "differentiated with torch.autograd.grad")
@@ -223,7 +222,7 @@ def zero_output_projection(impl, case):
 def linear_in_values(impl, case):
     """attention is linear in W_v: out(a·W_v + b·W_v') = a·out(W_v) + b·out(W_v') for the same x, W_q, W_k and W_o, to rounding."""
     inputs = case.draw(_inputs(), "inputs")
-    other = case.draw(_weights(inputs["W_v"].shape), "W_v'")
+    other = case.draw(weight_matrices(inputs["W_v"].shape), "W_v'")
     a, b = (case.draw(st.sampled_from([-1.0, 1.0]), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
     call = _call(inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
     mixed = a * impl.as_seen(inputs["W_v"]) + b * impl.as_seen(other)
@@ -249,7 +248,7 @@ def batch_items_independent(impl, case):
     B, T, d = x.shape
     item = case.draw(st.integers(0, B - 1), "changed batch item")
     changed = x.copy()
-    changed[item] = case.draw(_arrays((T, d), **PERTURBATION_SCALES), "new batch item")
+    changed[item] = case.draw(float_arrays((T, d), **PERTURBATION_SCALES), "new batch item")
     keep = np.arange(B) != item
     call = _call(inputs, f"with batch item {item} replaced")
     out, weights = _attend(impl, inputs, call)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_order
 from strategies.core import attention_shapes, float_arrays, weights
 
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
-
-# One strategy per shape, built once: building a strategy costs more than drawing from it.
-_float_arrays = lru_cache(maxsize=None)(float_arrays)
-_weights = lru_cache(maxsize=None)(weights)
 
 
 def attention_inputs(
@@ -55,9 +49,9 @@ def attention_inputs(
     def inputs(draw):
         shape = draw(shapes)
         d = shape.d_model
-        drawn = {"x": draw(_float_arrays((shape.batch, shape.seq, d), min_scale=min_scale, max_scale=max_scale))}  # (B, T, d)
+        drawn = {"x": draw(float_arrays((shape.batch, shape.seq, d), min_scale=min_scale, max_scale=max_scale))}  # (B, T, d)
         for name in PROJECTIONS:
-            drawn[name] = draw(_weights((d, d), gain=gain))  # (d, d)
+            drawn[name] = draw(weights((d, d), gain=gain))  # (d, d)
         drawn["n_heads"] = shape.n_heads
         drawn["causal"] = draw(causals)
         return drawn

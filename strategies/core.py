@@ -8,6 +8,7 @@ failure report (the seed, the shape) reproduces the array exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from hypothesis import strategies as st
@@ -30,7 +31,14 @@ def float_arrays(shape, *, min_scale=1.0, max_scale=1.0):
     check_float("min_scale", min_scale, positive=True)
     check_float("max_scale", max_scale, positive=True)
     check_order("min_scale", min_scale, "max_scale", max_scale)
-    scales = st.just(float(min_scale)) if min_scale == max_scale else st.floats(min_scale, max_scale)
+    return _float_arrays(shape, float(min_scale), float(max_scale))
+
+
+@cache
+def _float_arrays(shape, min_scale, max_scale):
+    # Cached: invariants draw arrays of data-dependent shapes on every example, and building
+    # a strategy costs more than drawing from it.
+    scales = st.just(min_scale) if min_scale == max_scale else st.floats(min_scale, max_scale)
     return st.builds(lambda seed, scale: np.random.default_rng(seed).standard_normal(shape) * scale, seeds(), scales)
 
 
