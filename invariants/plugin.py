@@ -125,6 +125,16 @@ def pytest_report_header(config):
     return lines
 
 
+def pytest_terminal_summary(terminalreporter):
+    """One line: how many invariants passed and how many examples hypothesis ran through them (rejected draws included)."""
+    counts = [dict(report.user_properties)["examples"] for report in terminalreporter.stats.get("passed", [])
+              if report.when == "call" and "examples" in dict(report.user_properties)]
+    if counts:
+        terminalreporter.write_line(
+            f"transformer-invariants: {len(counts)} invariants passed, {sum(counts):,} examples run "
+            f"(fewest {min(counts):,}, most {max(counts):,} per invariant)")
+
+
 @pytest.fixture(scope="session")
 def impl(request):
     """The implementation under test (an invariants.protocol.Implementation)."""

@@ -10,9 +10,9 @@ from invariants.runner import InvariantFailure, InvariantSkipped, run_invariant
 
 
 @pytest.mark.parametrize("inv", all_invariants(), ids=lambda inv: inv.name)
-def test_invariant(inv, impl):
+def test_invariant(inv, impl, record_property):
     try:
-        run_invariant(inv, impl)
+        record_property("examples", run_invariant(inv, impl))
         return
     except InvariantSkipped as exc:
         skipped, failed = str(exc), None

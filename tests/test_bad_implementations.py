@@ -53,6 +53,7 @@ def test_partial_implementation_runs_what_it_has_and_says_what_it_skipped(pytest
     assert outcomes["passed"] == 2  # rms_norm's scale law and its agreement with the reference
     assert outcomes["skipped"] >= 7
     result.stdout.fnmatch_lines([f"*{path} does not provide layer_norm (protocol v1)*"])
+    result.stdout.fnmatch_lines(["transformer-invariants: 2 invariants passed, * examples run (fewest *, most * per invariant)"])
 
 
 def test_module_object_target_and_dtype_options(pytester):
