@@ -12,7 +12,7 @@ from invariants.asserts import (
     assert_value,
     assert_where,
 )
-from invariants.tolerance import Tolerance, tolerance_for
+from invariants.tolerance import LAYER_NORM_TYPICAL_CONDITION, Tolerance, layer_norm_condition, tolerance_for
 
 
 def message_of(fn, *args, **kwargs):
@@ -64,6 +64,21 @@ def test_sixteen_bit_tolerances_are_normwise():
     tol = tolerance_for("bfloat16")
     assert_close(np.array([100.0, 0.5]), np.array([100.0, 0.0]), "y", tol)  # 0.5 <= 1.6e-2 · 100
     assert "rtol=0.016·max|expected|" in str(tol)
+
+
+def test_layer_norm_condition_is_large_only_for_rows_of_nearly_equal_values():
+    spread = np.array([[-1.0, 0.0, 1.0]])  # max|row| 1, std √(2/3)
+    assert layer_norm_condition(spread, 1e-5) == pytest.approx(np.sqrt(1.5), rel=1e-4)
+    assert layer_norm_condition(np.array([[-0.2327, -0.2427, -0.2403]]), 1e-5) > 40  # the soak's failing row
+    assert layer_norm_condition(np.array([[5.0], [-3.0]]), 1e-5) == 1.0  # one feature: centred exactly to 0
+    assert layer_norm_condition(np.zeros((0, 4)), 1e-5) == 1.0
+
+
+def test_conditioned_tolerance_grows_only_beyond_the_typical_condition():
+    table = tolerance_for("float32")
+    assert table.conditioned(LAYER_NORM_TYPICAL_CONDITION / 2) == table
+    tenfold = table.conditioned(10 * LAYER_NORM_TYPICAL_CONDITION)
+    assert (tenfold.atol, tenfold.rtol) == pytest.approx((10 * table.atol, 10 * table.rtol))
 
 
 def test_shape_finite_where_and_value():
