@@ -169,11 +169,15 @@ def permutation_equivariant(impl, case):
 def agrees_with_reference(impl, case):
     """transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 
-    In float16 and bfloat16 the block is drawn with d_model >= 8, where LayerNorm is well-conditioned (see wide_in_16_bits).
+    In float16 and bfloat16 the block is drawn with d_model >= 8, where LayerNorm is well-conditioned (see wide_in_16_bits);
+    below float64 the tolerance grows with the norms' condition (see norms_condition).
     """
     shape, x, params = _block_case(case, wide=wide_in_16_bits(impl))
     causal = case.draw(st.booleans(), "causal")
     got = impl.transformer_block(x, params, shape.n_heads, causal)
     call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal={causal})"
-    # Two sublayers of a few roundings each and two residual sums: 4 × the table (the worst measured is 1.9×, see wide_in_16_bits).
-    assert_agrees_with_reference(impl, "transformer_block", (x, params, shape.n_heads, causal), got, "block output", factor=4, call=call)
+    # Two sublayers of a few roundings each and two residual sums: 4 × the table (the worst measured is 1.9×, see
+    # wide_in_16_bits), grown with the norms' condition, since LN2 magnifies the attention's rounding by it.
+    condition = norms_condition(impl, x, params, shape.n_heads, causal)
+    assert_agrees_with_reference(impl, "transformer_block", (x, params, shape.n_heads, causal), got, "block output",
+                                 factor=4, condition=condition, call=call)
