@@ -131,7 +131,7 @@ def pytest_terminal_summary(terminalreporter):
               if report.when == "call" and "examples" in dict(report.user_properties)]
     if counts:
         terminalreporter.write_line(
-            f"transformer-invariants: {len(counts)} invariants passed, {sum(counts):,} examples run "
+            f"transformer-invariants: {len(counts)} invariant{'s' * (len(counts) != 1)} passed, {sum(counts):,} examples run "
             f"(fewest {min(counts):,}, most {max(counts):,} per invariant)")
 
 
