@@ -130,9 +130,10 @@ def pytest_terminal_summary(terminalreporter):
     counts = [dict(report.user_properties)["examples"] for report in terminalreporter.stats.get("passed", [])
               if report.when == "call" and "examples" in dict(report.user_properties)]
     if counts:
+        invariants, examples = len(counts), sum(counts)
         terminalreporter.write_line(
-            f"transformer-invariants: {len(counts)} invariant{'s' * (len(counts) != 1)} passed, {sum(counts):,} examples run "
-            f"(fewest {min(counts):,}, most {max(counts):,} per invariant)")
+            f"transformer-invariants: {invariants} invariant{'s' * (invariants != 1)} passed, "
+            f"{examples:,} example{'s' * (examples != 1)} run (fewest {min(counts):,}, most {max(counts):,} per invariant)")
 
 
 @pytest.fixture(scope="session")
