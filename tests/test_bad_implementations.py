@@ -4,6 +4,11 @@ import textwrap
 
 import pytest
 
+try:  # imported here, not inside a pytester test: pytester would unload it after the test, and torch cannot load twice
+    import torch
+except ImportError:
+    torch = None
+
 NORMS = textwrap.dedent(
     """
     import numpy as np
@@ -77,12 +82,10 @@ def test_module_object_target_and_dtype_options(pytester):
     result.stdout.fnmatch_lines([f"*implementation {path}:Norms (numpy, cpu, float32)*"])
 
 
+@pytest.mark.skipif(torch is None, reason="needs torch")
+@pytest.mark.skipif(torch is not None and torch.cuda.is_available(),
+                    reason="this machine has a GPU: the CUDA run is exercised for real by tox -e torch-cuda")
 def test_cuda_request_without_a_gpu_skips_loudly(pytester):
-    pytest.importorskip("torch")
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: the CUDA run is exercised for real by tox -e torch-cuda")
     result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "reference.torch", "--impl-device", "cuda", "-k", "norms", "-rs")
     outcomes = result.parseoutcomes()
     assert "passed" not in outcomes and outcomes["skipped"] >= 8
