@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +27,27 @@ def _regenerate_module():
     return module
 
 
+REPLAY = re.compile(r"@reproduce_failure\('([^']*)', b'[^']*'\)")
+
+
+def _recorded_hypothesis():
+    """The hypothesis release the committed reports were made with (their @reproduce_failure lines name it)."""
+    found = {m.group(1) for p in (ROOT / "examples" / "reports").rglob("*") if p.is_file() for m in REPLAY.finditer(p.read_text())}
+    assert len(found) == 1, f"the committed reports name {sorted(found)}: regenerate them with one hypothesis release"
+    return found.pop()
+
+
+def _what_the_project_controls(report_json):
+    """What a report says that does not depend on hypothesis's release: verdict, score and each invariant's status and points.
+
+    Another release draws and shrinks other examples, so the counterexamples, example counts
+    and replay lines differ; which invariants fail, and the score, must not.
+    """
+    report = json.loads(report_json)
+    return (report["verdict"], report["score"], report["max_score"],
+            [(inv["name"], inv["status"], inv["score"], inv["max_score"]) for inv in report["invariants"]])
+
+
 @pytest.mark.slow
 def test_example_reports_are_in_sync(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -33,7 +57,11 @@ def test_example_reports_are_in_sync(tmp_path, monkeypatch):
     produced = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     kept = sorted(p.relative_to(expected_dir).as_posix() for p in expected_dir.rglob("*") if p.is_file())
     assert produced == kept, "run `python examples/regenerate.py` and commit examples/reports/"
-    stale = [name for name in produced if (out / name).read_text() != (expected_dir / name).read_text()]
+    if hypothesis.__version__ == _recorded_hypothesis():
+        stale = [name for name in produced if (out / name).read_text() != (expected_dir / name).read_text()]
+    else:  # under another release, compare only what the project controls
+        stale = [name for name in produced if name.endswith("report.json")
+                 and _what_the_project_controls((out / name).read_text()) != _what_the_project_controls((expected_dir / name).read_text())]
     assert not stale, f"out of date: {stale}; run `python examples/regenerate.py` and commit examples/reports/"
 
 
