@@ -14,11 +14,8 @@ import sys
 import time
 from collections import defaultdict
 
-from hypothesis import settings
-
-import invariants.plugin  # noqa: F401  (registers the profiles)
 from invariants import all_invariants, load_implementation, run_invariant
-from invariants.runner import InvariantFailure, InvariantSkipped
+from invariants.profiles import PROFILE_NAMES, profile_settings
 
 TARGETS = ("reference.numpy", "reference.torch")
 
@@ -29,7 +26,7 @@ def pytest_wall_times(profile):
     for target in TARGETS:
         for workers in ((), ("-n", "2")):
             command = [sys.executable, "-m", "pytest", "invariants", "-q", "-p", "no:cacheprovider", "--impl", target,
-                       f"--hypothesis-profile={profile}", *workers]
+                       f"--invariants-profile={profile}", *workers]
             start = time.perf_counter()
             done = subprocess.run(command, capture_output=True, text=True)
             summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
@@ -39,29 +36,25 @@ def pytest_wall_times(profile):
 
 def examples_per_second(profile):
     """Per target and component: invariants run, examples, seconds, examples per second."""
-    chosen = settings.get_profile(profile)
+    chosen = profile_settings(profile)
     table = defaultdict(lambda: [0, 0, 0.0, 0])  # (target, component) -> [invariants, examples, seconds, failures]
     for target in TARGETS:
         impl = load_implementation(target)
         for inv in all_invariants():
-            start = time.perf_counter()
-            try:
-                examples = run_invariant(inv, impl, settings=chosen)
-            except InvariantSkipped:
+            outcome = run_invariant(inv, impl, settings=chosen)
+            if outcome.status == "skipped":
                 continue
-            except InvariantFailure:
-                examples = 0
-                table[(target, inv.component)][3] += 1
             row = table[(target, inv.component)]
             row[0] += 1
-            row[1] += examples
-            row[2] += time.perf_counter() - start
+            row[1] += outcome.examples
+            row[2] += outcome.seconds
+            row[3] += not outcome.passed
     return table
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="ci", choices=("dev", "ci", "thorough"))
+    parser.add_argument("--profile", default="ci", choices=PROFILE_NAMES)
     parser.add_argument("--skip-pytest", action="store_true", help="only the in-process examples/s table")
     args = parser.parse_args(argv)
     if not args.skip_pytest:

@@ -16,6 +16,7 @@ from pathlib import Path
 import tomllib
 
 from gate.sandbox import Limits
+from invariants.profiles import PROFILE_NAMES
 from invariants.protocol import BACKENDS, DTYPES
 from invariants.registry import COMPONENTS, all_invariants
 
@@ -188,9 +189,7 @@ def load_assignment(path):
     device = a.get("device", "cpu")
     if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
         _fail(where, "device", device, "must be cpu, cuda or cuda:N")
-    from invariants.plugin import PROFILES  # registers the hypothesis profiles
-
-    profile = _choice(examples, "profile", tuple(PROFILES), "ci", where)
+    profile = _choice(examples, "profile", PROFILE_NAMES, "ci", where)
     max_examples = examples.get("max_examples")
     if max_examples is not None and (isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1):
         _fail(where, "max_examples", max_examples, "must be a positive integer")

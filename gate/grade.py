@@ -22,18 +22,20 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 from hypothesis import settings as hypothesis_settings
-from hypothesis.errors import Flaky
 
 from gate import result as R
 from gate.sandbox import Worker, WorkerLost
 from gate.scan import scan_files
 from gate.submission import SubmissionError, materialise
 from gate.text import clean_output
-from invariants.asserts import InvariantViolation
-from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError, OutputError
-from invariants.runner import InvariantFailure, InvariantSkipped, describe_value, format_failure, run_invariant
+from invariants.boundary import to_numpy
+from invariants.conventions import CONVENTIONS, read_declarations
+from invariants.profiles import profile_settings
+from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError
+from invariants.runner import describe_value, run_invariant
 
 # -- seeds ------------------------------------------------------------------------------------
 
@@ -65,14 +67,13 @@ class Session:
         self.worker = None
         self.starts = 0
         self.evidence = []
-        self.last_call = None
 
     def start(self):
         self.starts += 1
         self.worker = Worker(
             scratch=self.scratch, layout=self.layout, backend=self.backend, device=self.assignment.device,
             dtype=self.assignment.dtype, limits=self.limits, forbidden=self.assignment.forbidden,
-            functions={name: list(spec.params) for name, spec in FUNCTIONS.items()},
+            functions={name: list(spec.params) for name, spec in FUNCTIONS.items()}, conventions=list(CONVENTIONS),
             drop_user=self.assignment.drop_user, network_namespace=self.assignment.network_namespace, generation=self.starts,
         )
         return self.worker.start()
@@ -97,63 +98,35 @@ class Session:
         deadline, cause, late = min((c for c in clocks if c[0] is not None), key=lambda c: c[0])
         if deadline <= now:
             raise WorkerLost(cause, late)
-        self.last_call = (name, args)
-        return self.worker.call(name, args, deadline, cause, late)
-
-    def describe_last_call(self, limit=400):
-        if self.last_call is None:
-            return ""
-        name, args = self.last_call
-        params = FUNCTIONS[name].params
-        text = ", ".join(f"{p}={describe_value(a)}" for p, a in zip(params, args, strict=False))
-        return f"{name}({text if len(text) <= limit else text[: limit - 1] + '…'})"
+        try:
+            return self.worker.call(name, args, deadline, cause, late)
+        except WorkerLost as lost:
+            raise WorkerLost(lost.cause, f"{lost.message} during {describe_call(name, args)}") from None
 
 
-class WorkerImplementation(Implementation):
-    """An Implementation whose functions run in the gate's worker: numpy in, numpy out, over a pipe.
+def describe_call(name, args, limit=400):
+    """'attention(x=float64 (1, 2, 4), ...)', cut to `limit` characters."""
+    text = ", ".join(f"{p}={describe_value(a)}" for p, a in zip(FUNCTIONS[name].params, args, strict=False))
+    return f"{name}({text if len(text) <= limit else text[: limit - 1] + '…'})"
 
-    Inputs are rounded to the implementation's dtype here in the parent (as_seen and to_backend
-    keep their meaning); the worker only converts them to its backend's arrays.
+
+class WorkerTransport:
+    """The transport to the gate's worker: rounded numpy arguments over the pipe, its answers back as plain numpy.
+
+    The worker converts and calls through invariants.boundary.answer, as an in-process run does;
+    the parent runs the decoded answer through boundary.to_numpy again, so a hostile worker's
+    lists and numbers are held to the same rules.
     """
 
     in_process = False
 
-    def __init__(self, session, functions, *, label, backend, device, dtype):
+    def __init__(self, session, functions, declarations):
         self.session = session
-        namespace = type("Remote", (), {name: staticmethod(lambda *a, _n=name: self.call(_n, *a)) for name in functions})
-        super().__init__(namespace, label=label, backend=backend, device=device, dtype=dtype)
+        self.functions = frozenset(functions)
+        self.declarations = declarations
 
-    def _rounded(self, value):
-        if isinstance(value, dict):
-            return {k: self._rounded(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._rounded(v) for v in value)
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return self.to_numpy(self.to_backend(value), "input")
-        if isinstance(value, np.generic):  # in process a numpy scalar passes through unconverted; here it becomes a number
-            return value.item()
-        return value
-
-    def _answer(self, value, what):
-        """The base class's conversions (lists become tuples, numbers 0-d arrays), on decoded wire values."""
-        import numpy as np
-
-        if isinstance(value, (tuple, list)):
-            return tuple(self._answer(v, f"{what}[{i}]") for i, v in enumerate(value))
-        if isinstance(value, dict):
-            return {k: self._answer(v, f"{what}[{k!r}]") for k, v in value.items()}
-        if isinstance(value, (str, np.ndarray)):
-            return value
-        if isinstance(value, (bool, int, float)):
-            return np.asarray(value)
-        raise OutputError(f"{what} returned a builtins.{type(value).__name__}, not an array")
-
-    def call(self, name, *args):
-        if name not in self.functions:
-            raise AttributeError(f"{self.label} does not provide {name}")
-        return self._answer(self.session.call(name, self._rounded(args)), name)
+    def call(self, name, args):
+        return to_numpy(self.session.call(name, args), name)
 
     def raw(self, name):
         raise ImplementationError(f"{name} runs in the gate's worker: its own callables never reach the parent")
@@ -163,95 +136,25 @@ class WorkerImplementation(Implementation):
 
 
 def _settings(assignment, seed):
-    base = hypothesis_settings.get_profile(assignment.profile)
+    base = profile_settings(assignment.profile)
     extra = {"max_examples": assignment.max_examples} if assignment.max_examples else {}
     return hypothesis_settings(base, database=None, deadline=None, derandomize=seed is None, print_blob=True, **extra)
 
 
-class ShrinkBudgetSpent(BaseException):
-    """Hypothesis tried limits.shrink_examples examples after the first failure: report the smallest one so far."""
+def _record(inv_result, status, reason, details="", examples=0):
+    """Set an invariant's status and what goes with it: the one place the grading loop sets a status."""
+    inv_result.status, inv_result.reason, inv_result.details, inv_result.examples = status, reason, details, examples
+    inv_result.score = inv_result.max_score if status == "passed" else 0.0
 
 
-def _find_lost(exc):
-    if isinstance(exc, (WorkerLost, ShrinkBudgetSpent)):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = _find_lost(inner)
-        if found is not None:
-            return found
-    return None
-
-
-def _run_one(selected, impl, session, settings, seed):
-    """Run one invariant; (status, reason, details, examples). WorkerLost propagates for the caller to restart."""
-    inv = selected.invariant
-    seen = {"case": None, "failure": None, "after": 0, "spent": False}
-    budget = session.limits.shrink_examples
-
-    def check(impl_, case):
-        if seen["failure"] is not None:
-            seen["after"] += 1
-            if seen["after"] > budget:
-                seen["spent"] = True
-                raise ShrinkBudgetSpent()
-        seen["case"] = case
-        try:
-            return inv.check(impl_, case)
-        except (InvariantViolation, ImplementationError, OutputError) as exc:
-            seen["failure"] = (exc, case)
-            raise
-
-    watched = dataclasses.replace(inv, check=check)
-    session.invariant_deadline = time.monotonic() + session.limits.invariant_seconds
-
-    try:
-        outcome = _run_hypothesis(watched, impl, session, settings, seed, seen)
-    except BaseException:  # hypothesis may report a stopped shrink as a flaky strategy: the flag says what happened
-        if not seen["spent"]:
-            raise
-        outcome = None
-    if seen["spent"]:
-        return _smallest_so_far(inv, impl, seen, f"shrinking stopped after {budget} more examples: the smallest counterexample found so far")
-    return outcome
-
-
-def _smallest_so_far(inv, impl, seen, note):
-    failure, case = seen["failure"]  # the most recent failing example is the smallest hypothesis has found
-    status = "failed" if isinstance(failure, InvariantViolation) else "error"
-    return status, str(failure).split("\n")[0], f"{format_failure(inv, impl, failure, case)}\n({note})", 0
-
-
-def _run_hypothesis(inv, impl, session, settings, seed, seen):
-    try:
-        examples = run_invariant(inv, impl, settings=settings, seed=seed)
-        return "passed", f"held on {examples} examples", "", examples
-    except InvariantSkipped as exc:
-        return "skipped", f"did not run: {exc}; a required invariant that does not run is not a pass", "", 0
-    except InvariantFailure as exc:
-        status = "failed" if exc.kind == "violation" else "error"
-        first = str(exc).split("\n")
-        problem = next((line for line in first[3:] if line and not line.startswith("  ")), first[-1])
-        return status, problem, str(exc), exc.examples_to_failure or 0
-    except Flaky as exc:
-        return "error", "the implementation answered the same inputs differently on a second try (nondeterministic?)", str(exc), 0
-    except BaseException as exc:  # noqa: BLE001 - sorted below: a lost worker, or the check choking on an answer
-        lost = _find_lost(exc)
-        if isinstance(lost, ShrinkBudgetSpent):
-            raise
-        if lost is not None:
-            if seen["failure"] is not None and lost.cause in ("invariant_timeout", "run_timeout"):
-                return _smallest_so_far(inv, impl, seen, f"time ran out while shrinking: {lost.message}; this example may not be the smallest")
-            during = session.describe_last_call()
-            again = WorkerLost(lost.cause, f"{lost.message}" + (f" during {during}" if during else ""))
-            again.case = seen["case"]
-            raise again from None
-        if not isinstance(exc, Exception):
-            raise
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        problem = (f"the check itself raised {type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno}); "
-                   "usually an answer of an unexpected shape or type — if the shapes look right, tell the course staff")
-        details = format_failure(inv, impl, problem, seen["case"])
-        return "error", problem.split(";")[0], details, 0
+def _record_outcome(inv_result, outcome):
+    """The runner's Outcome, as the gate words it (a skip is not a pass)."""
+    if outcome.status == "passed":
+        _record(inv_result, "passed", outcome.reason, examples=outcome.examples)
+    elif outcome.status == "skipped":
+        _record(inv_result, "skipped", f"did not run: {outcome.reason}; a required invariant that does not run is not a pass")
+    else:
+        _record(inv_result, outcome.status, outcome.reason, outcome.report, outcome.examples_to_failure or 0)
 
 
 def _evidence(items):
@@ -367,11 +270,13 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start):
         return session
     backend = session.backend = backend or declared
     try:
-        impl = WorkerImplementation(session, loaded.functions, label=f"submission {Path(str(submission)).name}", backend=backend,
-                                    device=assignment.device, dtype=assignment.dtype)
-    except ImplementationLoadError as exc:
+        transport = WorkerTransport(session, loaded.functions, read_declarations(SimpleNamespace(**loaded.declarations)))
+        impl = Implementation(transport=transport, label=f"submission {Path(str(submission)).name}", backend=backend,
+                              device=assignment.device, dtype=assignment.dtype)
+    except (ImplementationLoadError, ValueError) as exc:
         _not_gradable(result, str(exc))
         return session
+    result.submission["declarations"] = dict(impl.declarations)
 
     settings = _settings(assignment, seed if result.seed["mode"] != "derandomized" else None)
     losses = 0
@@ -379,40 +284,30 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start):
     stopped = None  # why the remaining invariants are not run
     by_name = {s.name: s for s in assignment.selected}
     for inv_result in result.invariants:
-        selected = by_name[inv_result.name]
-        if stopped:
-            inv_result.status, inv_result.reason = "not_run", stopped
-            continue
-        missing = impl.missing(selected.invariant.requires)
-        if missing:
-            inv_result.status, inv_result.reason = "missing", missing
-            absent.update(name for name in selected.invariant.requires if name not in impl.functions)
-            continue
-        if time.monotonic() >= session.run_deadline:
+        inv = by_name[inv_result.name].invariant
+        missing = impl.missing(inv.requires)
+        if not stopped and time.monotonic() >= session.run_deadline:
             stopped = f"not run: the run's time limit ({assignment.limits.run_seconds:g} s) was reached"
-            inv_result.status, inv_result.reason = "not_run", stopped
-            continue
-        if not session.alive:
+        if not stopped and not missing and not session.alive:
             again = session.start()
             if again.problem is not None:
                 stopped = f"not run: the worker could not be restarted ({again.problem['message']})"
-                inv_result.status, inv_result.reason = "not_run", stopped
-                continue
+        if stopped or missing:
+            _record(inv_result, "not_run" if stopped else "missing", stopped or missing)
+            absent.update(name for name in inv.requires if name not in impl.functions and not stopped)
+            continue
         began = time.monotonic()
-        try:
-            status, reason, details, examples = _run_one(selected, impl, session, settings, seed)
-        except WorkerLost as lost:
+        session.invariant_deadline = began + session.limits.invariant_seconds
+        outcome = run_invariant(inv, impl, settings=settings, seed=seed, shrink_limit=session.limits.shrink_examples)
+        _record_outcome(inv_result, outcome)
+        inv_result.seconds = round(time.monotonic() - began, 2)
+        if outcome.lost:
             losses += 1
-            details = format_failure(selected.invariant, impl, lost.message, getattr(lost, "case", None))
-            status, reason, examples = "error", lost.message, 0
             session.stop()
-            if lost.cause == "run_timeout":
+            if outcome.lost == "run_timeout":
                 stopped = f"not run: the run's time limit ({assignment.limits.run_seconds:g} s) was reached"
             elif losses >= assignment.limits.max_worker_losses:
                 stopped = f"not run: the worker was lost {losses} times (the limit is {assignment.limits.max_worker_losses})"
-        inv_result.status, inv_result.reason, inv_result.details, inv_result.examples = status, reason, details, examples
-        inv_result.seconds = round(time.monotonic() - began, 2)
-        inv_result.score = inv_result.max_score if status == "passed" else 0.0
     result.submission["missing_functions"] = sorted(absent)
     _verdict(result, assignment)
     return session

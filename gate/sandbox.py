@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gate import wire
 from gate.text import one_line, printable
-from invariants.protocol import ImplementationError, OutputError
+from invariants.protocol import ImplementationError, OutputError, TransportLost
 
 BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "gate", "mutants", "adapters", "conftest")
 UID_BASE = 1_500_000_000  # + the gate's pid: a uid no account uses, one per gate process (RLIMIT_NPROC counts per uid)
@@ -26,13 +26,13 @@ HELLO_SECONDS = 60  # the worker's own start (python and numpy) before any submi
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import gate.worker as w; del sys.path[0]; w.main(sys.argv[2:])"
 
 
-class WorkerLost(BaseException):
-    """The worker died, hung or ran past a deadline. A BaseException, so hypothesis stops at once instead of shrinking."""
+class WorkerLost(TransportLost):
+    """The worker died, hung or ran past a deadline; the runner turns it into an Outcome with `lost` set to the cause."""
+
+    OUT_OF_TIME = ("invariant_timeout", "run_timeout")  # a clock ran out, not the submission: a counterexample found still stands
 
     def __init__(self, cause, message):
-        super().__init__(message)
-        self.cause = cause  # "call_timeout", "invariant_timeout", "run_timeout", "died", "protocol"
-        self.message = message
+        super().__init__(cause, message, out_of_time=cause in self.OUT_OF_TIME)  # or "call_timeout", "died", "protocol"
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Loaded:
     backend: object
     problem: dict | None  # {"kind": ..., "message": ...} when the submission could not be loaded
     evidence: list
+    declarations: dict  # {convention: value} as the submission declares them (validated by the parent)
 
 
 def _signal_name(number):
@@ -102,7 +103,7 @@ def _stand_in(error):
 class Worker:
     """One confined worker process for one submission; start() it, call() it, stop() it."""
 
-    def __init__(self, *, scratch, layout, backend, device, dtype, limits, forbidden, functions,
+    def __init__(self, *, scratch, layout, backend, device, dtype, limits, forbidden, functions, conventions=(),
                  drop_user=True, network_namespace=True, generation=1):
         self.scratch = Path(scratch)
         self.layout = layout  # gate.submission.Layout
@@ -110,6 +111,7 @@ class Worker:
         self.limits = limits
         self.forbidden = list(forbidden)
         self.functions = functions  # {name: [params]}
+        self.conventions = list(conventions)  # the names of the declarable constants
         self.uid = UID_BASE + os.getpid() if drop_user and os.getuid() == 0 else None
         self.network_namespace = network_namespace
         self.generation = generation
@@ -169,6 +171,7 @@ class Worker:
             "workdir": str(work), "limits": self.limits.for_worker(self.device), "uid": self.uid,
             "network_namespace": self.network_namespace, "readable": [str(self.layout.root)],
             "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
+            "conventions": self.conventions,
             "submission_root": str(self.layout.root), "entry": self.layout.entry, "package": self.layout.package,
             "module_name": self.layout.module_name, "backend": self.backend, "device": self.device, "dtype": self.dtype,
         }
@@ -186,11 +189,11 @@ class Worker:
         except wire.WireTimeout:
             self.stop()
             return Loaded(protections, [], None, {"kind": "import_timeout", "message":
-                          f"importing the submission did not finish within {self.limits.import_seconds:g} s"}, [])
+                          f"importing the submission did not finish within {self.limits.import_seconds:g} s"}, [], {})
         except wire.WireError as exc:
             reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"a malformed message ({exc})"
             self.stop()
-            return Loaded(protections, [], None, {"kind": "exit_at_import", "message": f"while importing the submission, {reason}"}, [])
+            return Loaded(protections, [], None, {"kind": "exit_at_import", "message": f"while importing the submission, {reason}"}, [], {})
         evidence = self._evidence(loaded)
         functions = [n for n in loaded.get("functions", []) if n in self.functions] if isinstance(loaded.get("functions"), list) else []
         problem = loaded.get("problem")
@@ -199,9 +202,11 @@ class Worker:
         if problem is not None:
             problem = {"kind": one_line(problem.get("kind", "import_error"), 40), "message": printable(problem["message"][:2000])}
         backend = one_line(loaded["backend"], 60) if isinstance(loaded.get("backend"), str) else None
+        declarations = loaded.get("declarations") if isinstance(loaded.get("declarations"), dict) else {}
+        declarations = {k: v for k, v in declarations.items() if k in self.conventions}
         if problem is not None:
             self.stop()
-        return Loaded(protections, functions, backend, problem, evidence)
+        return Loaded(protections, functions, backend, problem, evidence, declarations)
 
     def _proc_uid(self):
         try:

@@ -3,12 +3,15 @@
     python -s -P -B -c "<bootstrap>" GATE_PARENT_DIR REQUEST_FD RESPONSE_FD   (gate.sandbox._BOOTSTRAP)
 
 The bootstrap imports this module from the gate's own folder and takes that folder off
-sys.path again, so nothing of the project stays importable. The trusted parent starts it, sends a setup message, and then calls protocol
-functions with numpy arrays; the worker answers with arrays (gate.wire). Before it loads the
-submission it confines itself (a new network namespace, resource limits, an unprivileged
-uid, no new privileges) and says which of these took effect; then it hides the project's
-own packages, records imports of them and calls of forbidden APIs as evidence, loads the
-submission and serves calls until the parent says bye or closes the pipe.
+sys.path again, so nothing of the project stays importable. Its three jobs, one section each:
+
+- confine: before any submission code, a new network namespace, resource limits, an
+  unprivileged uid and no new privileges; it says which took effect;
+- guard: hide the project's own packages and record imports of them and calls of forbidden
+  APIs as evidence;
+- serve: load the submission and answer the parent's calls (numpy arrays in and out over
+  gate.wire), converting and calling through invariants/boundary.py, the same code an
+  in-process run uses, until the parent says bye or closes the pipe.
 
 Nothing here is a wall against the submission, which runs in this process and can undo any
 of it: the verdict is safe because the parent computes it from the answers alone.
@@ -33,6 +36,18 @@ from pathlib import Path
 import numpy as np
 
 from gate import wire
+
+
+def _load_boundary():
+    """invariants/boundary.py, loaded on its own (the rest of the suite never enters the worker): the conversions both transports share."""
+    path = Path(__file__).resolve().parent.parent / "invariants" / "boundary.py"
+    spec = importlib.util.spec_from_file_location("_gate_boundary", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+boundary = _load_boundary()
 
 MAX_REQUEST_BYTES = 1 << 30
 MAX_EVIDENCE = 200
@@ -260,32 +275,7 @@ class _ShimmingLoader(importlib.abc.Loader):
         return getattr(self.loader, name)
 
 
-# -- loading and calling the submission ---------------------------------------------------------
-
-
-def _innermost(exc, root=None):
-    """' (at file.py:12)' for the innermost traceback frame, preferring frames inside root."""
-    frames = list(traceback.walk_tb(exc.__traceback__))
-    if root is not None:
-        frames = [f for f in frames if f[0].f_code.co_filename.startswith(root)] or frames
-    if not frames:
-        return ""
-    frame, line = frames[-1]
-    name = frame.f_code.co_filename
-    shown = os.path.relpath(name, root) if root and name.startswith(root) else os.path.basename(name)
-    return f" (at {shown}:{line})"
-
-
-def _first_line(text, limit=300):
-    text = str(text).strip()
-    line = text.splitlines()[0] if text else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _describe_exception(exc, root):
-    if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}): sys.exit() was called{_innermost(exc, root)}"
-    return f"{type(exc).__name__}: {_first_line(exc)}{_innermost(exc, root)}"
+# -- serving: loading the submission and answering calls ----------------------------------------
 
 
 def load_submission(setup, guard):
@@ -304,13 +294,13 @@ def load_submission(setup, guard):
         return None, {"kind": "syntax_error", "message": f"SyntaxError at {where}: {exc.msg}"}
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt at import are the submission's too
         kind = "exit_at_import" if isinstance(exc, SystemExit) else "import_error"
-        return None, {"kind": kind, "message": f"importing the submission raised {_describe_exception(exc, root)}"}
+        return None, {"kind": kind, "message": f"importing the submission raised {boundary.describe_exception(exc, root)}"}
     namespace = getattr(module, "ADAPTER", module)
     if inspect.isclass(namespace):
         try:
             namespace = namespace()
         except BaseException as exc:  # noqa: BLE001
-            return None, {"kind": "import_error", "message": f"ADAPTER() raised {_describe_exception(exc, root)}"}
+            return None, {"kind": "import_error", "message": f"ADAPTER() raised {boundary.describe_exception(exc, root)}"}
     return namespace, None
 
 
@@ -319,79 +309,11 @@ def _builtin_bases(exc):
     return [c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins" and issubclass(c, BaseException)]
 
 
-def _signature_problem(fn, name, params):
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    try:
-        signature.bind(*params)
-    except TypeError as exc:
-        return f"{name}{signature} cannot be called as {name}({', '.join(params)}): {exc}"
-    return None
-
-
-class Converter:
-    """numpy arguments -> the submission's arrays; its answers -> plain numpy for the wire."""
-
-    def __init__(self, backend, device, dtype):
-        self.backend, self.device, self.dtype = backend, device, dtype
-        self._torch = None
-
-    @property
-    def torch(self):
-        if self._torch is None:
-            import torch
-
-            self._torch = torch
-        return self._torch
-
-    def inputs(self, value):
-        if isinstance(value, dict):
-            return {k: self.inputs(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.inputs(v) for v in value)
-        if not isinstance(value, np.ndarray):
-            return value
-        kind = value.dtype.kind
-        if self.backend == "numpy":
-            return value.astype(np.int64 if kind in "iu" else bool if kind == "b" else self.dtype)
-        torch = self.torch
-        dtype = torch.int64 if kind in "iu" else torch.bool if kind == "b" else getattr(torch, self.dtype)
-        return torch.as_tensor(value).to(device=self.device, dtype=dtype)
-
-    def answer(self, value, what):
-        if isinstance(value, (tuple, list)):
-            return type(value)(self.answer(v, f"{what}[{i}]") for i, v in enumerate(value))
-        if isinstance(value, dict):
-            return {str(k): self.answer(v, f"{what}[{k!r}]") for k, v in value.items()}
-        if value is None or type(value) in (bool, int, float, str):  # not subclasses: they carry their own methods
-            return value
-        if isinstance(value, np.generic):
-            value = np.asarray(value)
-        if type(value) is not np.ndarray and "torch" in sys.modules and isinstance(value, sys.modules["torch"].Tensor):
-            tensor = value.detach().cpu()
-            if tensor.dtype == sys.modules["torch"].bfloat16:
-                tensor = tensor.float()  # numpy has no bfloat16; float32 holds it exactly
-            value = tensor.numpy()
-        if isinstance(value, np.ndarray):
-            value = value.view(np.ndarray)  # a subclass's methods stay behind: only the bytes cross
-            kind = value.dtype.kind
-            if kind in "iu":
-                return value.astype(np.int64)
-            if kind == "f" and value.dtype.name in wire.DTYPES:
-                return value
-            if kind == "b":
-                return value
-            raise TypeError(f"{what} returned an array of dtype {value.dtype}, not a real-valued one")
-        raise TypeError(f"{what} returned a {type(value).__module__}.{type(value).__qualname__}, not an array")
-
-
 def serve(fd_in, fd_out, namespace, setup, guard):
-    """Answer calls until bye or EOF."""
+    """Answer calls until bye or EOF, converting and calling exactly as an in-process run does (invariants.boundary.answer)."""
     functions = {name: getattr(namespace, name) for name in setup["functions"] if callable(getattr(namespace, name, None))}
     backend = setup["backend"] or getattr(namespace, "BACKEND", "numpy")  # "any": the submission's own BACKEND
-    convert = Converter(backend if backend in ("numpy", "torch") else "numpy", setup["device"], setup["dtype"])
+    backend = backend if backend in ("numpy", "torch") else "numpy"
     root = setup["submission_root"]
     while True:
         try:
@@ -401,23 +323,19 @@ def serve(fd_in, fd_out, namespace, setup, guard):
         if header.get("op") != "call":
             return
         name = header["name"]
-        reply = {"op": "answer", "ok": False}
+        reply, out_buffers = {"op": "answer", "ok": False}, []
         try:
-            args = convert.inputs(wire.decode(header["args"], buffers))
-            try:
-                out = functions[name](*args)
-            except BaseException as exc:  # noqa: BLE001 - a SystemExit mid-call is the submission's failure too
-                problem = _signature_problem(functions[name], name, setup["functions"][name]) if isinstance(exc, TypeError) else None
-                reply["error"] = {"kind": "signature" if problem else "raised",
-                                  "message": problem or f"{name} raised {_describe_exception(exc, root)}",
-                                  "type": type(exc).__name__, "builtin_bases": _builtin_bases(exc)}
-            else:
-                tree, out_buffers = wire.encode(convert.answer(out, name))
-                reply = {"op": "answer", "ok": True, "value": tree}
-        except (TypeError, wire.WireError) as exc:
-            reply["error"], out_buffers = {"kind": "output", "message": _first_line(exc)}, []
-        except BaseException as exc:  # noqa: BLE001 - converting the answer ran the submission's code too
-            reply["error"], out_buffers = {"kind": "output", "message": f"converting {name}'s answer raised {_describe_exception(exc, root)}"}, []
+            value = boundary.answer(functions[name], name, setup["functions"][name], wire.decode(header["args"], buffers),
+                                    backend=backend, device=setup["device"], dtype=setup["dtype"], root=root)
+            tree, out_buffers = wire.encode(value)
+            reply = {"op": "answer", "ok": True, "value": tree}
+        except boundary.CallError as exc:
+            reply["error"] = {"kind": exc.kind, "message": exc.message, "type": type(exc.original).__name__,
+                              "builtin_bases": _builtin_bases(exc.original)}
+        except (boundary.OutputError, wire.WireError) as exc:
+            reply["error"] = {"kind": "output", "message": boundary.first_line(exc)}
+        except BaseException as exc:  # noqa: BLE001 - whatever else the submission's code raised on the way
+            reply["error"] = {"kind": "output", "message": f"answering {name} raised {boundary.describe_exception(exc, root)}"}
         if not reply["ok"]:
             out_buffers = []
         reply["evidence"] = guard.new_evidence()
@@ -426,7 +344,18 @@ def serve(fd_in, fd_out, namespace, setup, guard):
         wire.send(fd_out, reply, out_buffers)
 
 
+def _declarations(namespace, names):
+    """The declared conventions, as JSON values; anything else as its repr, so the parent refuses it by name."""
+    found = {}
+    for name in names:
+        if hasattr(namespace, name):
+            value = getattr(namespace, name)
+            found[name] = value if value is None or type(value) in (bool, int, float, str) else boundary.first_line(repr(value), 80)
+    return found
+
+
 def main(argv=None):
+    """Confine, guard, serve: the worker's three jobs, in that order, before and around the submission's code."""
     argv = sys.argv[1:] if argv is None else argv
     fd_in, fd_out = int(argv[0]), int(argv[1])
     faulthandler.enable()  # a segfault prints the submission's stack to the captured stderr
@@ -434,18 +363,21 @@ def main(argv=None):
     header, _ = wire.receive(fd_in, max_bytes=0)
     setup = header["setup"]
     os.chdir(setup["workdir"])
-    protections = _confine(setup)
-    wire.send(fd_out, {"op": "hello", "protections": protections, "uid": os.getuid()})
+
+    wire.send(fd_out, {"op": "hello", "protections": _confine(setup), "uid": os.getuid()})
+
     guard = Guard(setup["blocked"], setup["forbidden"], setup["submission_root"])
     guard.install()
     namespace, problem = load_submission(setup, guard)
     present = [] if namespace is None else [n for n in setup["functions"] if callable(getattr(namespace, n, None))]
     backend = None if namespace is None else getattr(namespace, "BACKEND", None)
+    declarations = {} if namespace is None else _declarations(namespace, setup.get("conventions", ()))
     sys.stdout.flush()
     sys.stderr.flush()
-    wire.send(fd_out, {"op": "loaded", "ok": problem is None, "problem": problem, "functions": present,
+    wire.send(fd_out, {"op": "loaded", "ok": problem is None, "problem": problem, "functions": present, "declarations": declarations,
                        "backend": backend if isinstance(backend, str) else repr(backend) if backend is not None else None,
                        "evidence": guard.new_evidence()})
+
     if problem is None:
         serve(fd_in, fd_out, namespace, setup, guard)
     os._exit(0)  # skip interpreter teardown: nothing the submission registered (atexit, __del__) runs after the last answer

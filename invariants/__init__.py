@@ -3,18 +3,32 @@
     from invariants import Implementation, run_invariant, all_invariants
     from invariants.attention import causal_non_leakage   # an Invariant: call inv(impl, case)
 
-See README.md for the list and invariants/registry.py for how one is declared.
+See README.md for the list and invariants/registry.py for how one is declared. The names
+below are imported on first use, so that the pytest plugin in this package costs a project
+that does not run the invariants nothing.
 """
 
-from invariants.asserts import InvariantViolation, assert_close, assert_equal, assert_finite, assert_shape, assert_where
-from invariants.protocol import FUNCTIONS, PROTOCOL_VERSION, Implementation, load_implementation
-from invariants.registry import REGISTRY, Invariant, all_invariants, invariant
-from invariants.runner import Case, InvariantFailure, InvariantSkipped, run_invariant
-from invariants.tolerance import TOLERANCES, Tolerance, tolerance_for
+import importlib
 
-__all__ = [
-    "FUNCTIONS", "PROTOCOL_VERSION", "REGISTRY", "TOLERANCES",
-    "Case", "Implementation", "Invariant", "InvariantFailure", "InvariantSkipped", "InvariantViolation", "Tolerance",
-    "all_invariants", "assert_close", "assert_equal", "assert_finite", "assert_shape", "assert_where",
-    "invariant", "load_implementation", "run_invariant", "tolerance_for",
-]
+_EXPORTS = {
+    "invariants.asserts": ("InvariantViolation", "assert_close", "assert_equal", "assert_finite", "assert_shape", "assert_where"),
+    "invariants.protocol": ("FUNCTIONS", "PROTOCOL_VERSION", "Implementation", "load_implementation"),
+    "invariants.registry": ("REGISTRY", "Invariant", "all_invariants", "invariant"),
+    "invariants.runner": ("Case", "InvariantSkipped", "Outcome", "run_invariant"),
+    "invariants.tolerance": ("TOLERANCES", "Tolerance", "tolerance_for"),
+    "invariants.profiles": ("PROFILES", "profile_settings"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'invariants' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -14,24 +14,23 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
+from invariants.conventions import Declared, declared
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 
-TIES_ATTRIBUTE = "TOP_K_TIES"  # an implementation sets TOP_K_TIES = "any" to document no tie rule
-
 
 def _follows_tie_rule(impl):
-    """True unless the implementation declares TOP_K_TIES = "any" (no documented tie rule) in its namespace."""
-    return getattr(getattr(impl, "namespace", None), TIES_ATTRIBUTE, "lower") != "any"
+    """True unless the implementation declares TOP_K_TIES = "any" (no documented tie rule)."""
+    return declared(impl, "TOP_K_TIES") != "any"
 
 
 def _no_tie_rule(impl):
     """The skip reason of the tie-rule invariant for an implementation that documents no tie rule, or None."""
     if _follows_tie_rule(impl):
         return None
-    return f"{impl.label} declares {TIES_ATTRIBUTE} = 'any' (no tie rule); the gates are checked against any valid top-k set instead"
+    return Declared(f"{impl.label} declares TOP_K_TIES = 'any' (no tie rule); the gates are checked against any valid top-k set instead")
 
 
 def _routing(case, **logit_options):

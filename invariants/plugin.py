@@ -1,73 +1,78 @@
-"""pytest plugin: choose the implementation under test and the hypothesis profile.
+"""pytest plugin: choose the implementation under test and the hypothesis profile of the invariants.
 
 Options (each also an environment variable; the command line wins):
-    --impl TARGET          TI_IMPL          module, path/to/file.py, or either + ':object' (default reference.numpy)
-    --impl-backend NAME    TI_BACKEND       numpy | torch (default: the target's BACKEND)
-    --impl-device NAME     TI_DEVICE        cpu | cuda | cuda:N (default cpu)
-    --impl-dtype NAME      TI_DTYPE         float64 | float32 | float16 | bfloat16 (default float64)
-    --hypothesis-profile   TI_PROFILE       dev | ci | thorough (default dev)
+    --impl TARGET           TI_IMPL      module, path/to/file.py, or either + ':object' (default reference.numpy)
+    --impl-backend NAME     TI_BACKEND   numpy | torch (default: the target's BACKEND)
+    --impl-device NAME      TI_DEVICE    cpu | cuda | cuda:N (default cpu)
+    --impl-dtype NAME       TI_DTYPE     float64 | float32 | float16 | bfloat16 (default float64)
+    --invariants-profile    TI_PROFILE   dev | ci | thorough (default dev; invariants.profiles)
 
-Registered through the `pytest11` entry point and by the project's conftest.py.
+A guest in other projects' runs (registered through the `pytest11` entry point): it imports
+nothing heavy, loads no hypothesis profile and prints nothing unless the invariants run. Its
+profiles apply to the invariants alone, so a project's own hypothesis profile is left alone
+even in the same run. It speaks up when asked: an --impl* option on the command line, or a
+run whose arguments point into this package (`pytest --pyargs invariants`, `pytest invariants/`).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 
-from invariants.protocol import BACKENDS, DTYPES, ImplementationLoadError, load_implementation
-
-# Hypothesis's explain phase annotates a failure with which parts of the example matter; the
-# runner words its own report, and the phase costs seconds per failure, so it is left out.
-PHASES = tuple(phase for phase in Phase if phase != Phase.explain)
-PROFILES = {
-    # Fast feedback while writing code: few examples, the example database on.
-    "dev": dict(max_examples=20),
-    # CI and the gate: the same examples every run, nothing written to disk.
-    "ci": dict(max_examples=60, derandomize=True, database=None, print_blob=True),
-    # The soak: at least 10,000 examples per invariant, fresh randomness.
-    "thorough": dict(max_examples=10_000, database=None, print_blob=True),
-}
-for _name, _options in PROFILES.items():
-    settings.register_profile(
-        _name,
-        deadline=None,  # timing is a benchmark's business, not a test's
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        phases=PHASES,
-        **_options,
-    )
-
+PACKAGE = Path(__file__).resolve().parent
 OPTIONS = (  # (flag, environment variable, default, help)
     ("--impl", "TI_IMPL", "reference.numpy", "implementation under test: a module, a .py file or folder, or either + ':object'"),
-    ("--impl-backend", "TI_BACKEND", None, f"array library the implementation takes ({' | '.join(BACKENDS)}); default: its BACKEND"),
+    ("--impl-backend", "TI_BACKEND", None, "array library the implementation takes (numpy | torch); default: its BACKEND"),
     ("--impl-device", "TI_DEVICE", "cpu", "device for a torch implementation: cpu, cuda or cuda:N"),
-    ("--impl-dtype", "TI_DTYPE", "float64", f"floating dtype of the inputs ({' | '.join(DTYPES)})"),
+    ("--impl-dtype", "TI_DTYPE", "float64", "floating dtype of the inputs (float64 | float32 | float16 | bfloat16)"),
+    ("--invariants-profile", "TI_PROFILE", "dev", "hypothesis settings for the invariants: dev | ci | thorough"),
 )
+
+
+def _dest(flag):
+    return flag[2:].replace("-", "_")
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("transformer-invariants")
     for flag, env, default, help_text in OPTIONS:
-        group.addoption(flag, dest=flag[2:].replace("-", "_"), default=None, help=f"{help_text} [env {env}; default {default}]")
+        group.addoption(flag, dest=_dest(flag), default=None, help=f"{help_text} [env {env}; default {default}]")
 
 
 def _option(config, flag):
     for name, env, default, _ in OPTIONS:
         if name == flag:
-            value = config.getoption(flag[2:].replace("-", "_"))
+            value = config.getoption(_dest(flag))
             return value if value is not None else os.environ.get(env, default)
     raise KeyError(flag)
 
 
-@pytest.hookimpl(tryfirst=True)
+def asked(config):
+    """Whether this run asked for the invariants: one of our options given, or an argument inside this package."""
+    if any(config.getoption(_dest(flag)) is not None for flag, *_ in OPTIONS):
+        return True
+    for arg in config.args:
+        target = str(arg).split("::")[0]
+        if config.getoption("pyargs") and (target == PACKAGE.name or target.startswith(PACKAGE.name + ".")):
+            return True
+        path = (config.invocation_params.dir / target).resolve()
+        if path == PACKAGE or PACKAGE in path.parents:
+            return True
+    return False
+
+
 def pytest_configure(config):
-    # Runs before hypothesis's own plugin, which loads --hypothesis-profile when given.
-    profile = os.environ.get("TI_PROFILE", "dev")
-    if profile not in PROFILES:
-        raise pytest.UsageError(f"TI_PROFILE={profile!r} is not one of {', '.join(PROFILES)}")
-    settings.load_profile(profile)
+    """When the invariants are asked for, refuse an unknown profile before anything runs; otherwise do nothing."""
+    if not asked(config):
+        return
+    from invariants.profiles import PROFILE_NAMES
+
+    profile = _option(config, "--invariants-profile")
+    if profile not in PROFILE_NAMES:
+        source = "--invariants-profile" if config.getoption("invariants_profile") is not None else "TI_PROFILE"
+        raise pytest.UsageError(f"{source}={profile!r} is not one of {', '.join(PROFILE_NAMES)}")
 
 
 def _cuda_missing(device):
@@ -83,16 +88,26 @@ def _cuda_missing(device):
 
 
 class _Selection:
-    """The implementation chosen on the command line, loaded once; or the reason it could not be."""
+    """The implementation and profile chosen for this run, loaded once; or the reason they could not be."""
 
     def __init__(self, config):
+        from invariants.profiles import profile_settings
+        from invariants.protocol import ImplementationLoadError, load_implementation
+
         self.target = _option(config, "--impl")
         self.backend = _option(config, "--impl-backend")
         self.device = _option(config, "--impl-device")
         self.dtype = _option(config, "--impl-dtype")
+        self.profile = _option(config, "--invariants-profile")
         self.skip_reason = _cuda_missing(self.device)
         self.error = None
         self.impl = None
+        self.settings = None
+        try:
+            self.settings = profile_settings(self.profile)
+        except ValueError as exc:
+            self.error = f"--invariants-profile: {exc}"
+            return
         if self.skip_reason is None:
             try:
                 self.impl = load_implementation(self.target, backend=self.backend, device=self.device, dtype=self.dtype)
@@ -100,9 +115,10 @@ class _Selection:
                 self.error = f"cannot use --impl {self.target}: {exc}"
 
     def describe(self):
-        if self.impl is not None:
-            return repr(self.impl)
-        return f"{self.target} (NOT LOADED: {self.skip_reason or self.error})"
+        if self.impl is None:
+            return f"{self.target} (NOT LOADED: {self.skip_reason or self.error})"
+        declared = ", ".join(f"{k} = {v!r}" for k, v in self.impl.declarations.items())
+        return repr(self.impl) + (f", declaring {declared}" if declared else "")
 
 
 _SELECTION_KEY = pytest.StashKey[_Selection]()
@@ -115,25 +131,38 @@ def selection(config):
 
 
 def pytest_report_header(config):
+    if not asked(config):
+        return None
     from invariants.protocol import PROTOCOL_VERSION
 
     chosen = selection(config)
     lines = [f"transformer-invariants: protocol v{PROTOCOL_VERSION}, implementation {chosen.describe()}, "
-             f"hypothesis profile {settings.get_current_profile_name()}"]
+             f"invariants profile {chosen.profile}"]
     if chosen.skip_reason:
         lines.append(f"WARNING: {chosen.skip_reason}; every invariant will be SKIPPED")
     return lines
 
 
+def _plural(count, noun):
+    return f"{count:,} {noun}{'s' * (count != 1)}"
+
+
 def pytest_terminal_summary(terminalreporter):
-    """One line: how many invariants passed and how many examples hypothesis ran through them (rejected draws included)."""
-    counts = [dict(report.user_properties)["examples"] for report in terminalreporter.stats.get("passed", [])
-              if report.when == "call" and "examples" in dict(report.user_properties)]
+    """One line: how the invariants came out and how many examples hypothesis ran through them (rejected draws included)."""
+    runs = [dict(report.user_properties) for reports in terminalreporter.stats.values() for report in reports
+            if getattr(report, "when", None) == "call" and "invariant_status" in dict(getattr(report, "user_properties", ()))]
+    if not runs:
+        return
+    by_status = {status: [r for r in runs if r["invariant_status"] == status] for status in ("passed", "failed", "error", "skipped")}
+    parts = [f"{_plural(len(by_status['passed']), 'invariant')} passed"]
+    parts += [f"{len(by_status[s])} {s if s != 'error' else 'could not be evaluated'}" for s in ("failed", "error") if by_status[s]]
+    if by_status["skipped"]:
+        declared = sum(1 for r in by_status["skipped"] if r.get("declared"))
+        parts.append(f"{len(by_status['skipped'])} skipped" + (f" ({declared} by declared conventions)" if declared else ""))
+    counts = [r["examples"] for r in runs if r["invariant_status"] != "skipped"]
     if counts:
-        invariants, examples = len(counts), sum(counts)
-        terminalreporter.write_line(
-            f"transformer-invariants: {invariants} invariant{'s' * (invariants != 1)} passed, "
-            f"{examples:,} example{'s' * (examples != 1)} run (fewest {min(counts):,}, most {max(counts):,} per invariant)")
+        parts.append(f"{_plural(sum(counts), 'example')} run (fewest {min(counts):,}, most {max(counts):,} per invariant)")
+    terminalreporter.write_line("transformer-invariants: " + ", ".join(parts))
 
 
 @pytest.fixture(scope="session")
@@ -145,3 +174,27 @@ def impl(request):
     if chosen.error:
         pytest.fail(chosen.error, pytrace=False)
     return chosen.impl
+
+
+@pytest.fixture(scope="session")
+def invariant_settings(request):
+    """The hypothesis settings the invariants run under (--invariants-profile), never loaded as the global profile."""
+    chosen = selection(request.config)
+    if chosen.settings is None:
+        pytest.fail(chosen.error, pytrace=False)
+    return chosen.settings
+
+
+@pytest.fixture
+def record_outcome(request):
+    """record_outcome(outcome): its status and example counts as user properties (the summary line and JUnit XML read them)."""
+
+    def record(outcome):
+        properties = [("invariant_status", outcome.status), ("examples", outcome.examples)]
+        if outcome.examples_to_failure is not None:
+            properties.append(("examples_to_failure", outcome.examples_to_failure))
+        if outcome.declared:
+            properties.append(("declared", True))
+        request.node.user_properties.extend(properties)
+
+    return record

@@ -5,9 +5,10 @@ functions in FUNCTIONS, plus BACKEND = "numpy" or "torch". The suite calls them 
 exactly as the signatures below are written, with arrays of the implementation's backend,
 dtype and device; docs/protocol.md is the user-facing description of the same table.
 
-`Implementation` wraps such a namespace: it converts the suite's numpy inputs to the
-backend, calls, and converts the answer back to numpy, so that every invariant is written
-once, in numpy, whatever the implementation runs on.
+`Implementation` wraps such a namespace: it rounds the suite's numpy inputs to the dtype and
+hands them to a transport, which converts to the backend, calls, and converts the answer back
+to numpy (invariants.boundary), so that every invariant is written once, in numpy, whatever
+the implementation runs on and whichever process it runs in.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
+from invariants.boundary import (
+    CallError,
+    OutputError,  # noqa: F401 - raised through here by every transport
+    answer,
+    first_line,
+    rounded,
+    to_backend,
+    to_numpy,
+    where,
+)
+from invariants.conventions import read_declarations
 from invariants.tolerance import Tolerance, tolerance_for
 
 PROTOCOL_VERSION = 1
@@ -101,60 +113,72 @@ class ImplementationError(Exception):
         self.original = original
 
 
-class OutputError(Exception):
-    """A protocol function returned something that is not an array (or tuple of arrays) of the protocol."""
+class TransportLost(BaseException):  # noqa: N818 - a BaseException, so hypothesis stops at once instead of shrinking
+    """The implementation can no longer be reached: its process died, hung or ran past a time limit.
+
+    `cause` names which ("died", "call_timeout", ...); `out_of_time` is True when a clock, not
+    the implementation, ended the run, so that a counterexample already found still stands.
+    """
+
+    def __init__(self, cause, message, *, out_of_time=False):
+        super().__init__(message)
+        self.cause, self.message, self.out_of_time = cause, message, out_of_time
 
 
-def _where(exc):
-    """' (at file.py:12)' for the innermost frame of an exception's traceback, or ''."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return f" (at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno})" if tb is not None else ""
+class InProcess:
+    """The transport that calls the implementation's own functions in this process."""
 
+    in_process = True
 
-def _first_line(text, limit=300):
-    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    def __init__(self, namespace, *, backend, device, dtype):
+        self.namespace = namespace
+        self.backend, self.device, self.dtype = backend, device, dtype
+        self.callables = {name: getattr(namespace, name) for name in FUNCTIONS if callable(getattr(namespace, name, None))}
+        self.functions = frozenset(self.callables)
+        self.declarations = read_declarations(namespace)
 
+    def call(self, name, args):
+        """The answer to name(*args), rounded() numpy in, plain numpy out; ImplementationError or OutputError otherwise."""
+        try:
+            return answer(self.callables[name], name, FUNCTIONS[name].params, args, backend=self.backend, device=self.device, dtype=self.dtype)
+        except CallError as exc:
+            raise ImplementationError(exc.message, original=exc.original) from None
 
-def _signature_problem(fn, spec):
-    """A sentence saying why fn cannot take the protocol's positional arguments, or None."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # builtins and C functions: nothing to check
-        return None
-    try:
-        signature.bind(*spec.params)
-    except TypeError as exc:
-        return f"{spec.name}{signature} cannot be called as {spec.signature}: {exc}"
-    return None
+    def raw(self, name):
+        return self.callables[name]
 
 
 class Implementation:
     """An implementation under test, called with numpy inputs and answering with numpy outputs.
 
     backend: "numpy" or "torch"; device: "cpu", "cuda", "cuda:1", ...; dtype: one of DTYPES.
-    Integer arrays (token ids, targets) always go in as int64. `raw(name)` gives the function
-    itself, for checks that need autograd; in_process is False for proxies (the gate's worker).
+    Inputs are rounded to the dtype here (invariants.boundary.rounded), then handed to a
+    transport: InProcess for a namespace in this process (the default), the gate's worker
+    transport for a submission in another. Both convert through invariants.boundary.answer.
+    `raw(name)` gives the function itself, for checks that need autograd (in process only).
     """
 
-    in_process = True
-
-    def __init__(self, namespace, *, label, backend, device="cpu", dtype="float64"):
+    def __init__(self, namespace=None, *, label, backend, device="cpu", dtype="float64", transport=None):
         if backend not in BACKENDS:
             raise ImplementationLoadError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
         if dtype not in DTYPES:
             raise ImplementationLoadError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
         if backend == "numpy" and (device != "cpu" or dtype == "bfloat16"):
             raise ImplementationLoadError(f"the numpy backend runs on cpu without bfloat16, not {device}/{dtype}")
-        self.namespace = namespace
+        if (namespace is None) == (transport is None):
+            raise TypeError("Implementation needs a namespace or a transport, not both")
         self.label = label
         self.backend = backend
         self.device = device
         self.dtype = dtype
-        self.functions = {name: getattr(namespace, name) for name in FUNCTIONS if callable(getattr(namespace, name, None))}
-        self._torch = importlib.import_module("torch") if backend == "torch" else None
+        try:
+            self.transport = transport or InProcess(namespace, backend=backend, device=device, dtype=dtype)
+        except ValueError as exc:  # a declared convention with a value it cannot take
+            raise ImplementationLoadError(f"{label}: {exc}") from None
+        self.namespace = namespace
+        self.functions = self.transport.functions  # the protocol functions it provides (names)
+        self.declarations = self.transport.declarations  # {convention: value} (invariants.conventions)
+        self.in_process = self.transport.in_process
 
     @classmethod
     def from_functions(cls, *, backend, device="cpu", dtype="float64", label="functions", **functions):
@@ -180,43 +204,15 @@ class Implementation:
             return None
         return f"{self.label} does not provide {', '.join(absent)} (protocol v{PROTOCOL_VERSION})"
 
-    # -- conversion ---------------------------------------------------------------------------
+    # -- conversion (one place: invariants.boundary) ---------------------------------------------
 
     def to_backend(self, value, *, requires_grad=False):
-        """numpy (and nested dicts/lists of it) -> the implementation's arrays; other values pass through."""
-        if isinstance(value, dict):
-            return {k: self.to_backend(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.to_backend(v) for v in value)
-        if not isinstance(value, np.ndarray):
-            return value
-        integer = value.dtype.kind in "iu"
-        if self.backend == "numpy":
-            return value.astype(np.int64 if integer else value.dtype if value.dtype == bool else self.dtype)
-        torch = self._torch
-        dtype = torch.int64 if integer else torch.bool if value.dtype == bool else getattr(torch, self.dtype)
-        contiguous = np.ascontiguousarray(value).reshape(value.shape)  # ascontiguousarray makes 0-d arrays 1-d
-        tensor = torch.as_tensor(contiguous).to(device=self.device, dtype=dtype)
-        return tensor.requires_grad_(True) if requires_grad else tensor
+        """numpy (and nested dicts/lists of it) -> the implementation's arrays, rounded to its dtype; other values pass through."""
+        return to_backend(rounded(value, self.dtype), backend=self.backend, device=self.device, dtype=self.dtype, requires_grad=requires_grad)
 
     def to_numpy(self, value, what):
-        """The implementation's answer -> numpy arrays (tuples and dicts kept); anything else is an OutputError."""
-        if isinstance(value, (tuple, list)):
-            return tuple(self.to_numpy(v, f"{what}[{i}]") for i, v in enumerate(value))
-        if isinstance(value, dict):
-            return {k: self.to_numpy(v, f"{what}[{k!r}]") for k, v in value.items()}
-        if isinstance(value, str):
-            return value
-        if isinstance(value, np.ndarray):
-            return value
-        if isinstance(value, (bool, int, float, np.generic)):
-            return np.asarray(value)
-        if self._torch is not None and isinstance(value, self._torch.Tensor):
-            tensor = value.detach().cpu()
-            if tensor.dtype == self._torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
-                tensor = tensor.float()
-            return tensor.numpy()
-        raise OutputError(f"{what} returned a {type(value).__module__}.{type(value).__qualname__}, not an array")
+        """The implementation's answer -> plain numpy (tuples and dicts kept); anything else is an OutputError."""
+        return to_numpy(value, what)
 
     def as_seen(self, value):
         """The float64 values the implementation actually receives for `value` (floats rounded to its dtype)."""
@@ -225,30 +221,26 @@ class Implementation:
         if isinstance(value, (list, tuple)):
             return type(value)(self.as_seen(v) for v in value)
         if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-            return self.to_numpy(self.to_backend(value), "input").astype(np.float64)
+            return rounded(value, self.dtype).astype(np.float64)
         return value
 
     def raw(self, name):
-        """The implementation's own function `name`, taking and returning backend arrays."""
-        return self.functions[name]
+        """The implementation's own function `name`, taking and returning backend arrays (in process only)."""
+        if not self.in_process:
+            raise ImplementationError(f"{name} runs in another process: its own callables never reach the suite")
+        return self.transport.raw(name)
 
     # -- calling ------------------------------------------------------------------------------
 
     def call(self, name, *args):
         """Call protocol function `name` with numpy arguments; the answer comes back as numpy."""
-        fn = self.functions[name]
-        spec = FUNCTIONS[name]
-        try:
-            out = fn(*self.to_backend(args))
-        except Exception as exc:
-            problem = _signature_problem(fn, spec) if isinstance(exc, TypeError) else None
-            message = problem or f"{name} raised {type(exc).__name__}: {_first_line(exc)}{_where(exc)}"
-            raise ImplementationError(message, original=exc) from None
-        return self.to_numpy(out, name)
+        if name not in self.functions:
+            raise AttributeError(f"{self.label} does not provide {name}")
+        return self.transport.call(name, rounded(args, self.dtype))
 
     def __getattr__(self, name):
         if name in FUNCTIONS:
-            if name not in self.__dict__.get("functions", {}):
+            if name not in self.__dict__.get("functions", ()):
                 raise AttributeError(f"{self.label} does not provide {name}")
             return lambda *args: self.call(name, *args)
         raise AttributeError(name)
@@ -271,7 +263,7 @@ def _import_target(target):
             spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[name]
-            raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {_first_line(exc)}{_where(exc)}") from None
+            raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {first_line(exc)}{where(exc)}") from None
         return module
     try:
         return importlib.import_module(target)
@@ -280,7 +272,7 @@ def _import_target(target):
             raise ImplementationLoadError(f"no module named {target!r}") from None
         raise ImplementationLoadError(f"importing {target!r} raised ModuleNotFoundError: {exc}") from None
     except Exception as exc:
-        raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {_first_line(exc)}{_where(exc)}") from None
+        raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {first_line(exc)}{where(exc)}") from None
 
 
 def load_implementation(target="reference.numpy", *, backend=None, device="cpu", dtype="float64"):
@@ -301,7 +293,7 @@ def load_implementation(target="reference.numpy", *, backend=None, device="cpu",
         try:
             namespace = namespace()
         except Exception as exc:
-            raise ImplementationLoadError(f"{target}() raised {type(exc).__name__}: {_first_line(exc)}") from None
+            raise ImplementationLoadError(f"{target}() raised {type(exc).__name__}: {first_line(exc)}") from None
     backend = backend or getattr(namespace, "BACKEND", None)
     if backend is None:
         raise ImplementationLoadError(f"{target!r} does not say its backend: set BACKEND = 'numpy' or 'torch' in it, or pass --impl-backend")

@@ -1,23 +1,31 @@
-"""Run one invariant against one implementation under hypothesis, and word its failure.
+"""Run one invariant against one implementation under hypothesis; the result is an Outcome, whatever happens.
 
 pytest-free on purpose: the plugin, the gate and the mutation matrix all call run_invariant
-and turn its three outcomes (return, InvariantSkipped, InvariantFailure) into their own.
+and render the same Outcome; none of them parses a message.
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 import unittest
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given
 from hypothesis import seed as hypothesis_seed
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky, HypothesisException
 
 from invariants.asserts import InvariantViolation
-from invariants.protocol import ImplementationError, OutputError
+from invariants.conventions import Declared
+from invariants.protocol import ImplementationError, OutputError, TransportLost
 
 MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
+STATUSES = ("passed", "skipped", "failed", "error")  # failed: a wrong answer; error: the implementation could not be evaluated
+_IMPLEMENTATION_FAILURES = (InvariantViolation, ImplementationError, OutputError)
 
 
 class InvariantSkipped(unittest.SkipTest):
@@ -27,14 +35,32 @@ class InvariantSkipped(unittest.SkipTest):
     """
 
 
-class InvariantFailure(AssertionError):
-    """The implementation broke the invariant (or could not be called); the message is the report."""
+class _ShrinkLimitReached(BaseException):
+    """The shrink budget is spent: stop hypothesis at once and report the smallest example so far."""
 
-    def __init__(self, message, *, kind, examples_to_failure=None, seconds_to_failure=None):
-        super().__init__(message)
-        self.kind = kind  # "violation" (wrong answer) or "error" (raised, bad output type)
-        self.examples_to_failure = examples_to_failure  # examples run up to the first failing one, inclusive
-        self.seconds_to_failure = seconds_to_failure
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of one invariant on one implementation came to."""
+
+    invariant: str  # its name, e.g. "attention.causal_non_leakage"
+    status: str  # one of STATUSES
+    reason: str  # one line: how it held, why it was skipped, or the first line of what broke
+    examples: int  # examples hypothesis ran, rejected draws included
+    seconds: float
+    examples_to_failure: int | None = None  # examples up to the first failing one, inclusive
+    seconds_to_failure: float | None = None
+    example: tuple = ()  # the shrunk case: ((label, description), ...)
+    problem: str = ""  # the violated assertion with its numbers, or what the implementation did instead of answering
+    hint: str = ""
+    report: str = ""  # the whole failure, worded once: statement, implementation, example, problem, hint, replay line
+    declared: bool = False  # skipped because of a convention the implementation declares
+    lost: str | None = None  # the transport's cause when the implementation could no longer be reached
+    check_crashed: bool = False  # an error raised by the check's own code or hypothesis, not by the implementation
+
+    @property
+    def passed(self):
+        return self.status == "passed"
 
 
 class Case:
@@ -65,63 +91,130 @@ def describe_value(value):
 
 
 def describe_case(case):
-    return [f"  {label}: {describe_value(value)}" for label, value in case.drawn.items()]
+    """((label, description), ...) for a Case, () for none."""
+    return tuple((label, describe_value(value)) for label, value in case.drawn.items()) if case is not None else ()
 
 
-def format_failure(inv, impl, problem, case):
+def format_failure(inv, impl, problem, example, notes=()):
+    """The failure report: statement, implementation, the example (shapes first), the problem, the hint, then notes."""
     lines = [
         f"{inv.name}: {inv.statement}",
         f"implementation: {impl!r}",
         "example (shrunk):",
-        *(describe_case(case) if case is not None else ["  (none drawn)"]),
+        *([f"  {label}: {text}" for label, text in example] or ["  (none drawn)"]),
         str(problem),
         f"hint: {inv.hint}",
+        *notes,
     ]
     return "\n".join(lines)
 
 
-def run_invariant(inv, impl, *, settings=None, seed=None):
-    """Search for a counterexample to `inv` on `impl`; raise InvariantSkipped or InvariantFailure, or return.
+class _Search:
+    """One hypothesis search: counts examples, remembers the first and the latest failing case, enforces a shrink budget."""
 
-    `settings` is a hypothesis.settings object; the loaded profile is used when it is None.
-    `seed` (an int) fixes hypothesis's randomness for this run (use with derandomize=False).
-    Returns the number of examples run.
+    def __init__(self, inv, impl, shrink_limit):
+        self.inv, self.impl, self.shrink_limit = inv, impl, shrink_limit
+        self.start = time.perf_counter()
+        self.examples = 0
+        self.case = None  # the case being run
+        self.first_failure = None  # (examples, seconds) at the first failing example, before shrinking
+        self.latest_failure = None  # (exception, case): hypothesis only tries smaller examples, so this is the smallest so far
+        self.after_failure = 0
+        self.limit_reached = False
+
+    def body(self, data):
+        self.examples += 1
+        if self.first_failure is not None:
+            self.after_failure += 1
+            if self.shrink_limit is not None and self.after_failure > self.shrink_limit:
+                self.limit_reached = True
+                raise _ShrinkLimitReached()
+        self.case = Case(data.draw)
+        try:
+            self.inv(self.impl, self.case)
+        except _IMPLEMENTATION_FAILURES as exc:
+            self.first_failure = self.first_failure or (self.examples, time.perf_counter() - self.start)
+            self.latest_failure = (exc, self.case)
+            raise
+
+    def outcome(self, status, reason, *, problem="", case=None, notes=(), **fields):
+        failing = status in ("failed", "error")
+        at_examples, at_seconds = self.first_failure or (self.examples, time.perf_counter() - self.start)
+        example = describe_case(case)
+        return Outcome(
+            self.inv.name, status, reason, self.examples, round(time.perf_counter() - self.start, 3),
+            examples_to_failure=at_examples if failing else None, seconds_to_failure=round(at_seconds, 3) if failing else None,
+            example=example, problem=str(problem), hint=self.inv.hint if failing else "",
+            report=format_failure(self.inv, self.impl, problem, example, notes) if failing else "", **fields,
+        )
+
+    def failure(self, exc, case, notes=()):
+        status = "failed" if isinstance(exc, InvariantViolation) else "error"
+        return self.outcome(status, str(exc).split("\n")[0], problem=exc, case=case, notes=notes)
+
+
+def _replay_notes(exc):
+    """Hypothesis's own notes worth keeping: the @reproduce_failure line."""
+    return tuple(n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can"))
+
+
+def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None):
+    """Search for a counterexample to `inv` on `impl` and return the Outcome; never raises for what the implementation does.
+
+    `settings` is a hypothesis.settings object (invariants.profiles has the suite's); the loaded
+    profile is used when it is None. `seed` (an int) fixes hypothesis's randomness for this run
+    (use with derandomize=False). `shrink_limit` caps the examples tried after the first failure;
+    the smallest counterexample found by then is reported.
     """
     reason = inv.skip_reason(impl)
+    search = _Search(inv, impl, shrink_limit)
     if reason:
-        raise InvariantSkipped(reason)
-    examples = 0
-    first_failure = None  # (examples, seconds) at the first failing example, before shrinking
-    start = time.perf_counter()
+        return search.outcome("skipped", str(reason), declared=isinstance(reason, Declared))
 
     def body(data):
-        nonlocal examples, first_failure
-        examples += 1
-        case = Case(data.draw)
-        try:
-            inv(impl, case)
-        except (InvariantViolation, ImplementationError, OutputError) as exc:
-            exc.case = case
-            first_failure = first_failure or (examples, time.perf_counter() - start)
-            raise
+        search.body(data)
 
     body._hypothesis_internal_add_digest = inv.name.encode()  # one example-database key per invariant
     test = given(st.data())(body)
-    if settings is not None:
-        test = settings(test)
+    test = hypothesis_settings(settings, report_multiple_bugs=False)(test)  # settings=None: the loaded profile
     if seed is not None:
         test = hypothesis_seed(seed)(test)
+    return _outcome_of(search, test)
+
+
+def _outcome_of(search, run):
+    """Run the hypothesis test `run` for `search` and word how it ended."""
     try:
-        test()
-    except (InvariantViolation, ImplementationError, OutputError) as exc:
-        message = _with_notes(format_failure(inv, impl, exc, getattr(exc, "case", None)), exc)
-        kind = "violation" if isinstance(exc, InvariantViolation) else "error"
-        at_examples, at_seconds = first_failure or (examples, time.perf_counter() - start)
-        raise InvariantFailure(message, kind=kind, examples_to_failure=at_examples, seconds_to_failure=at_seconds) from None
-    return examples
+        run()
+    except BaseException as exc:
+        if search.limit_reached:  # hypothesis may report the stopped shrink as a flaky draw: the flag says what happened
+            return search.failure(*search.latest_failure, notes=(f"(shrinking stopped after {search.shrink_limit} more examples: "
+                                                                 "the smallest counterexample found so far)",))
+        return _ended_by(search, exc)
+    return search.outcome("passed", f"held on {search.examples} examples")
 
 
-def _with_notes(message, exc):
-    """Append hypothesis's own notes (the reproduce_failure blob), minus the repeated example."""
-    notes = [n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can")]
-    return "\n".join([message, *notes])
+def _ended_by(search, exc):
+    """The Outcome of a search that ended by raising `exc`; KeyboardInterrupt and the like propagate."""
+    try:
+        raise exc
+    except InvariantSkipped:
+        return search.outcome("skipped", str(exc), declared=isinstance(exc.args[0] if exc.args else "", Declared))
+    except _IMPLEMENTATION_FAILURES:
+        return search.failure(exc, search.latest_failure[1] if search.latest_failure else search.case, _replay_notes(exc))
+    except TransportLost as lost:
+        if lost.out_of_time and search.latest_failure is not None:
+            return search.failure(*search.latest_failure, notes=(f"(time ran out while shrinking: {lost.message}; "
+                                                                 "this example may not be the smallest)",))
+        return search.outcome("error", lost.message, problem=lost.message, case=search.case, lost=lost.cause)
+    except Flaky:
+        problem = "the implementation answered the same inputs differently on a second try (nondeterministic?)"
+        return search.outcome("error", problem, problem=f"{problem}\n{exc}", case=search.case)
+    except HypothesisException:
+        problem = f"hypothesis could not search this invariant: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+        return search.outcome("error", problem, problem=problem, case=search.case, check_crashed=True)
+    except Exception:  # noqa: BLE001 - the check choking on an answer is reported, never a traceback soup
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        problem = (f"the check itself raised {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno}); "
+                   "usually an answer of an unexpected shape or type; if the shapes look right, it is the suite's bug: please report it")
+        return search.outcome("error", problem.split(";")[0], problem=problem, case=search.case, check_crashed=True)

@@ -39,10 +39,10 @@ import numpy as np
 from hypothesis import Phase, Verbosity
 from hypothesis import settings as hypothesis_settings
 
-from invariants.plugin import PROFILES
+from invariants.profiles import PROFILE_NAMES, profile_settings
 from invariants.protocol import FUNCTIONS
 from invariants.registry import all_invariants
-from invariants.runner import InvariantFailure, InvariantSkipped, run_invariant
+from invariants.runner import run_invariant
 from mutants import all_mutants
 from mutants.course_checks import CourseCheckSkipped, all_course_checks
 
@@ -77,22 +77,12 @@ class Row:
 
 
 def _settings(profile):
-    return hypothesis_settings(
-        hypothesis_settings.get_profile(profile), database=None, phases=DETECTION_PHASES, verbosity=Verbosity.quiet
-    )
+    return hypothesis_settings(profile_settings(profile), database=None, phases=DETECTION_PHASES, verbosity=Verbosity.quiet)
 
 
-def _fails(inv, impl, settings):
-    """run_invariant's verdict as a value: an InvariantFailure, None (passed or skipped), or the unexpected exception."""
-    try:
-        run_invariant(inv, impl, settings=settings)
-    except InvariantSkipped:
-        return None
-    except InvariantFailure as failure:
-        return failure
-    except Exception as exc:  # a crash of the invariant's own code: reported, never counted as a kill
-        return exc
-    return None
+def _kills(outcome):
+    """A kill is a wrong answer or an implementation that could not be evaluated; a crash of the check itself is not."""
+    return outcome.status in ("failed", "error") and not outcome.check_crashed
 
 
 def _code_names(function):
@@ -170,19 +160,19 @@ def _examine(mutant, invariants, checks, profile, prune):
             row.invariants_pruned += 1
             continue
         row.invariants_run += 1
-        verdict = _fails(inv, impl, settings)
-        if isinstance(verdict, InvariantFailure):
+        outcome = run_invariant(inv, impl, settings=settings)
+        if _kills(outcome):
             row.first_failure = inv.name
-            row.examples, row.seconds = verdict.examples_to_failure, verdict.seconds_to_failure
+            row.examples, row.seconds = outcome.examples_to_failure, outcome.seconds_to_failure
             break
-        if verdict is not None:
-            row.crashes.append(f"{inv.name}: {type(verdict).__name__}: {verdict}")
+        if outcome.check_crashed:
+            row.crashes.append(f"{inv.name}: {outcome.reason}")
     row.suite_seconds = time.perf_counter() - start
     named = next((inv for inv in invariants if inv.name == mutant.killed_by), None)
     if row.named_first:
         row.named_kills = True
     elif named is not None:
-        row.named_kills = isinstance(_fails(named, impl, settings), InvariantFailure)
+        row.named_kills = _kills(run_invariant(named, impl, settings=settings))
     start = time.perf_counter()
     for check in checks:
         try:
@@ -352,7 +342,7 @@ def select(mutants, pattern):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m mutants.matrix", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="ci", choices=sorted(PROFILES), help="hypothesis profile (default ci: 60 examples, derandomized)")
+    parser.add_argument("--profile", default="ci", choices=PROFILE_NAMES, help="hypothesis profile (default ci: 60 examples, derandomized)")
     parser.add_argument("--only", metavar="PATTERN", help="mutants whose name matches this glob or contains this text")
     parser.add_argument("--format", default="table", choices=sorted(FORMATS), help="output format (default table)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)")

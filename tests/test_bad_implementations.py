@@ -40,7 +40,7 @@ def test_bad_implementation_fails_every_layer_norm_invariant_with_a_one_line_rea
     if source is not None:
         path.write_text(source)
     result = pytester.runpytest_subprocess(
-        "--pyargs", "invariants", "--impl", str(path), "-k", "layer_norm", "--hypothesis-profile=ci", "-p", "no:cacheprovider", "-rfE"
+        "--pyargs", "invariants", "--impl", str(path), "-k", "layer_norm", "--invariants-profile=ci", "-p", "no:cacheprovider", "-rfE"
     )
     outcomes = result.parseoutcomes()
     output = result.stdout.str()
@@ -53,7 +53,7 @@ def test_bad_implementation_fails_every_layer_norm_invariant_with_a_one_line_rea
 def test_partial_implementation_runs_what_it_has_and_says_what_it_skipped(pytester):
     path = pytester.path / "partial.py"
     path.write_text(NORMS)
-    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", str(path), "-k", "norms", "--hypothesis-profile=ci", "-rs")
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", str(path), "-k", "norms", "--invariants-profile=ci", "-rs")
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] == 2  # rms_norm's scale law and its agreement with the reference
     assert outcomes["skipped"] >= 7
@@ -76,7 +76,7 @@ def test_module_object_target_and_dtype_options(pytester):
         """
     ))
     result = pytester.runpytest_subprocess(
-        "--pyargs", "invariants", "--impl", f"{path}:Norms", "--impl-dtype", "float32", "-k", "rms_norm_scale", "--hypothesis-profile=ci"
+        "--pyargs", "invariants", "--impl", f"{path}:Norms", "--impl-dtype", "float32", "-k", "rms_norm_scale", "--invariants-profile=ci"
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*implementation {path}:Norms (numpy, cpu, float32)*"])

@@ -4,23 +4,21 @@ The full matrix (every dtype, CUDA) is `tox`; this keeps the reference honest in
 """
 
 import pytest
-from hypothesis import settings
 
 from invariants import all_invariants, load_implementation, run_invariant
-from invariants.runner import InvariantFailure, InvariantSkipped
+from invariants.profiles import profile_settings
 
 CONFIGS = [("reference.numpy", "float64"), ("reference.torch", "float32"), ("reference.torch", "bfloat16")]
-CI = settings.get_profile("ci")
+CI = profile_settings("ci")
 
 
 @pytest.mark.parametrize("target, dtype", CONFIGS, ids=lambda v: v)
 @pytest.mark.parametrize("inv", all_invariants(), ids=lambda inv: inv.name)
 def test_reference_passes(inv, target, dtype):
     impl = load_implementation(target, dtype=dtype)
-    try:
-        run_invariant(inv, impl, settings=CI)
-    except InvariantSkipped as skipped:
-        assert "does not provide" not in str(skipped), "the reference provides every protocol function"
-        pytest.skip(str(skipped))
-    except InvariantFailure as failure:
-        pytest.fail(str(failure), pytrace=False)
+    outcome = run_invariant(inv, impl, settings=CI)
+    if outcome.status == "skipped":
+        assert "does not provide" not in outcome.reason, "the reference provides every protocol function"
+        pytest.skip(outcome.reason)
+    if not outcome.passed:
+        pytest.fail(outcome.report, pytrace=False)

@@ -1,0 +1,84 @@
+"""Installed, the plugin is a guest: a project that does not run the invariants sees no change; one that does keeps its own profile."""
+
+from __future__ import annotations
+
+import pytest
+
+HOST_CONFTEST = '''
+from hypothesis import settings
+
+settings.register_profile("ci", max_examples=7, deadline=123)  # a name many projects use for their own
+settings.load_profile("ci")
+'''
+HOST_TESTS = '''
+import datetime
+import sys
+
+from hypothesis import given, settings, strategies as st
+
+RUNS = []
+
+
+def test_the_projects_own_profile_is_loaded():
+    assert settings.default.max_examples == 7
+    assert settings.default.deadline == datetime.timedelta(milliseconds=123)
+
+
+@given(st.integers())
+def test_a_hypothesis_test_runs_the_projects_example_count(n):
+    RUNS.append(n)
+
+
+def test_the_count_was_the_projects():
+    assert len(RUNS) == 7
+
+
+def test_nothing_of_the_suite_was_imported():
+    heavy = [name for name in ("numpy", "invariants.protocol", "invariants.registry", "reference", "reference.numpy") if name in sys.modules]
+    assert not heavy, heavy
+'''
+
+
+@pytest.fixture
+def host(pytester):
+    pytester.makeconftest(HOST_CONFTEST)
+    pytester.makepyfile(test_host=HOST_TESTS)
+    return pytester
+
+
+def test_a_project_that_does_not_run_the_invariants_sees_no_change(host):
+    result = host.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+    spoken = [line for line in result.stdout.lines if "transformer-invariants" in line and not line.startswith("plugins:")]
+    assert not spoken, spoken  # pytest lists the plugin; the plugin itself says nothing
+
+
+def test_when_the_invariants_run_beside_the_projects_tests_each_keeps_its_own_settings(host):
+    result = host.runpytest_subprocess(
+        "test_host.py::test_the_projects_own_profile_is_loaded", "test_host.py::test_a_hypothesis_test_runs_the_projects_example_count",
+        "test_host.py::test_the_count_was_the_projects", "--pyargs", "invariants", "-k", "projects or layer_norm_known_values",
+        "--invariants-profile=ci", "-p", "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=4)
+    output = result.stdout.str()
+    assert "invariants profile ci" in output  # the header, because the invariants were asked for
+    result.stdout.fnmatch_lines(["transformer-invariants: 1 invariant passed, * example* run *"])
+
+
+def test_failing_invariants_carry_their_examples_in_the_junit_xml_and_the_summary(pytester):
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    buggy = Path(__file__).resolve().parent.parent / "examples" / "submissions" / "unbiased_variance.py"
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", str(buggy), "-k", "layer_norm_known_values or softmax_rows",
+                                           "--invariants-profile=ci", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed", 0) >= 1, result.stdout.str()
+    cases = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+             for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase")}
+    failing = cases["test_invariant[norms.layer_norm_known_values]"]
+    assert failing["invariant_status"] == "failed" and int(failing["examples_to_failure"]) >= 1 and int(failing["examples"]) >= 1
+    passed = [props for name, props in cases.items() if props.get("invariant_status") == "passed"]
+    assert passed and all(int(p["examples"]) >= 1 for p in passed)
+    total = sum(int(props["examples"]) for props in cases.values())
+    result.stdout.fnmatch_lines([f"transformer-invariants: {len(passed)} invariant* passed, 1 failed, {total:,} example* run *"])

@@ -1,0 +1,47 @@
+"""An in-process run and a gate run agree by construction: the same invariants, the same implementation, the same outcomes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gate.config import load_assignment
+from gate.grade import _settings, grade
+from invariants import load_implementation, run_invariant
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMISSIONS = ["good_student", "mask_after_softmax.py", "unbiased_variance.py"]
+
+
+def _in_process_target(name, monkeypatch):
+    """The --impl target for the same code the gate loads (a folder's adapter.py imports its siblings)."""
+    path = ROOT / "examples" / "submissions" / name
+    if not path.is_dir():
+        return str(path)
+    monkeypatch.syspath_prepend(str(path))
+    return f"{path / 'adapter.py'}:ADAPTER"
+
+
+@pytest.mark.parametrize("submission", SUBMISSIONS)
+def test_the_gate_and_an_in_process_run_give_the_same_outcomes(submission, monkeypatch):
+    assignment = load_assignment(ROOT / "assignments" / "p01.toml")
+    assignment = dataclasses.replace(assignment, selected=[s for s in assignment.selected if not s.invariant.in_process])
+    graded = grade(ROOT / "examples" / "submissions" / submission, assignment)
+    impl = load_implementation(_in_process_target(submission, monkeypatch), backend=graded.submission["backend"] or "numpy", dtype=assignment.dtype)
+    settings = _settings(assignment, None)
+    compared = 0
+    for result in graded.invariants:
+        if result.status in ("missing", "not_run"):
+            continue
+        inv = next(s.invariant for s in assignment.selected if s.name == result.name)
+        outcome = run_invariant(inv, impl, settings=settings, shrink_limit=assignment.limits.shrink_examples)
+        in_process_examples = outcome.examples if outcome.passed else outcome.examples_to_failure or 0
+        assert (result.status, result.examples) == (outcome.status, in_process_examples), result.name
+        if not outcome.passed:
+            assert result.reason == outcome.reason, result.name
+            same_label = result.details.replace(f"submission {Path(submission).name}", impl.label)
+            assert same_label == outcome.report, result.name
+        compared += 1
+    assert compared >= 10
