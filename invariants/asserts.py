@@ -74,6 +74,16 @@ def assert_shape(actual, shape, what, call=None):
     return actual
 
 
+def assert_dtype(actual, expected, what, call=None, *, why=None):
+    """actual is an array of exactly dtype `expected` (a numpy dtype or its name); `why` says where that dtype comes from."""
+    __tracebackhide__ = True
+    actual = as_array(actual, what, call)
+    expected = np.dtype(expected)
+    if actual.dtype != expected:
+        _fail(f"dtype of {what}", actual.dtype.name, f"{expected.name} ({why})" if why else expected.name, call)
+    return actual
+
+
 def assert_finite(actual, what, call=None):
     """Every element of actual is finite (no NaN, no ±inf)."""
     __tracebackhide__ = True

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from invariants.protocol import Implementation
 
-ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course")
+ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes")
 MUTANTS: dict = {}
 
 
@@ -34,6 +34,7 @@ class Mutant:
     backend: str
     replaces: str  # the protocol (or helper) function swapped in the reference copy
     function: Callable = field(repr=False)
+    dtype: str = "float64"  # the dtype its bug shows in (a numpy float64 scalar promotes float32 only)
 
     def namespace(self):
         """A fresh copy of the reference module with the broken function swapped in."""
@@ -46,18 +47,19 @@ class Mutant:
         setattr(module, self.replaces, self.function)
         return module
 
-    def implementation(self, *, dtype="float64", device="cpu"):
-        return Implementation(self.namespace(), label=f"mutant {self.name}", backend=self.backend, device=device, dtype=dtype)
+    def implementation(self, *, dtype=None, device="cpu"):
+        """The mutant as an Implementation, in its own dtype unless told otherwise."""
+        return Implementation(self.namespace(), label=f"mutant {self.name}", backend=self.backend, device=device, dtype=dtype or self.dtype)
 
 
-def mutant(*, replaces, killed_by, bug, backend="numpy"):
+def mutant(*, replaces, killed_by, bug, backend="numpy", dtype="float64"):
     """Register the decorated function as a broken replacement for the reference function `replaces`."""
 
     def register(function):
         name = f"{function.__module__.rsplit('.', 1)[-1]}.{function.__name__}"
         if name in MUTANTS:
             raise ValueError(f"mutant {name} is registered twice")
-        MUTANTS[name] = Mutant(name, bug, killed_by, backend, replaces, function)
+        MUTANTS[name] = Mutant(name, bug, killed_by, backend, replaces, function, dtype)
         return function
 
     return register

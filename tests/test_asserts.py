@@ -6,6 +6,7 @@ import pytest
 from invariants.asserts import (
     InvariantViolation,
     assert_close,
+    assert_dtype,
     assert_equal,
     assert_finite,
     assert_shape,
@@ -89,3 +90,13 @@ def test_shape_finite_where_and_value():
     text = message_of(assert_where, np.array([True, False]), np.array([0.5, -0.25]), "weights", ">= 0")
     assert text.startswith("weights[1]=-0.25, but should be >= 0")
     assert message_of(assert_value, np.asarray(7), 8, "count").startswith("count=7, but should be 8")
+
+
+def test_dtype_names_both_dtypes_and_where_the_expected_one_comes_from():
+    assert_dtype(np.zeros(2, dtype=np.float32), "float32", "out")
+    assert_dtype(np.asarray(np.float16(1.0)), np.float16, "loss")  # 0-d arrays too
+    text = message_of(assert_dtype, np.zeros(2), np.float32, "layer_norm(x, gain, bias, eps)", "layer_norm(x float32 (1, 2), ...)",
+                      why="the input dtype")
+    assert text == "dtype of layer_norm(x, gain, bias, eps)=float64, but should be float32 (the input dtype) [layer_norm(x float32 (1, 2), ...)]"
+    assert message_of(assert_dtype, np.zeros(1, dtype=np.int64), "float64", "f(x)") == "dtype of f(x)=int64, but should be float64"
+    assert message_of(assert_dtype, (np.zeros(1),), "float64", "f(x)").startswith("type of f(x)=tuple, but should be an array")
