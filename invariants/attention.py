@@ -5,6 +5,11 @@ weights (B, H, T, T). Causality is checked by perturbing the future, not by trun
 sequence: perturbing is bitwise exact in correct code, truncating is not (another shape may take
 another kernel, measured at ~1e-7 on GPT-2 and torch's SDPA), and future values stay finite
 (an inf or a NaN reaches the past as 0·inf = NaN even in correct code).
+
+Declarations (invariants/conventions.py): with ATTENTION_WEIGHTS = False attention answers its
+output alone (SDPA-style, no weights); the weight invariants are then skipped and every other one
+checks the output only (tolerances that scale with the weights use the reference's weights). With
+CAUSAL_ONLY = True the invariants about causal=False are skipped and the others draw causal=True.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
+from invariants.conventions import causal_modes, declared_skip, returns_weights
 from invariants.protocol import ImplementationError
 from invariants.reference_check import reference_answer
 from invariants.registry import invariant
@@ -35,6 +41,22 @@ PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new tokens: other v
 ROUNDINGS = 8
 
 
+_NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its attention returns no weights to check")
+_NO_ENCODER = declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (causal=False), which this invariant compares with")
+
+
+def _draw_inputs(impl, case, **options):
+    """Draw attention_inputs(**options); causal is drawn, or True where impl declares CAUSAL_ONLY."""
+    if options.get("causal") is None and len(causal_modes(impl)) == 1:
+        options["causal"] = True
+    return case.draw(_inputs(**options), "inputs")
+
+
+def attention_output(impl, answer):
+    """The output of one of impl's attention answers: answer[0] of (out, weights), or answer itself with ATTENTION_WEIGHTS = False."""
+    return answer[0] if returns_weights(impl) and isinstance(answer, (tuple, list)) else answer
+
+
 def _call(inputs, note=""):
     """The call being checked, as a reader would type it."""
     x = inputs["x"]
@@ -43,12 +65,19 @@ def _call(inputs, note=""):
 
 
 def _attend(impl, inputs, call, **changes):
-    """impl.attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T), shapes checked."""
+    """impl.attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T), shapes checked.
+
+    weights is None where impl declares ATTENTION_WEIGHTS = False (its attention answers out alone).
+    """
     __tracebackhide__ = True
     args = {**inputs, **changes}
     B, T, d = args["x"].shape
     answer = impl.attention(*attention_args(args))
-    assert_value(len(answer) if isinstance(answer, tuple) else 1, 2, "number of arrays attention returned (out, weights)", call)
+    n = len(answer) if isinstance(answer, tuple) else 1
+    if not returns_weights(impl):
+        assert_value(n, 1, "number of arrays attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
+        return assert_shape(answer, (B, T, d), "attention output", call), None
+    assert_value(n, 2, "number of arrays attention returned (out, weights)", call)
     out = assert_shape(answer[0], (B, T, d), "attention output", call)
     weights = assert_shape(answer[1], (B, args["n_heads"], T, T), "attention weights", call)
     return out, weights
@@ -59,8 +88,11 @@ def _magnitude(impl, inputs, weights, **changes):
 
     The output is a sum over keys, then over features, of products that may cancel; rounding
     errors in a sum scale with Σ|terms|, not with the sum, so output tolerances are taken at this scale.
+    weights=None (an attention that returns none) takes the reference's weights for these inputs.
     """
     args = {**inputs, **changes}
+    if weights is None:
+        weights = reference_answer(impl, "attention", *attention_args(args))[1]  # (B, H, T, T)
     x, W_v, W_o = (np.abs(impl.as_seen(args[name])) for name in ("x", "W_v", "W_o"))
     B, T, d = x.shape
     H = args["n_heads"]
@@ -82,7 +114,7 @@ def _future(T):
 )
 def causal_non_leakage(impl, case):
     """Replacing the tokens at positions >= j by other finite values leaves causal attention's outputs and weights at positions < j exactly equal."""
-    inputs = case.draw(_inputs(min_seq=2, causal=True), "inputs")
+    inputs = _draw_inputs(impl, case, min_seq=2, causal=True)
     x = inputs["x"]  # (B, T, d)
     B, T, d = x.shape
     j = case.draw(st.integers(1, T - 1), "j (first replaced position)")
@@ -92,7 +124,8 @@ def causal_non_leakage(impl, case):
     out, weights = _attend(impl, inputs, call)
     new_out, new_weights = _attend(impl, inputs, call, x=changed)
     assert_equal(new_out[:, :j], out[:, :j], f"attention output at positions < {j}", call)
-    assert_equal(new_weights[:, :, :j], weights[:, :, :j], f"attention weights of the queries at positions < {j}", call)
+    if weights is not None:
+        assert_equal(new_weights[:, :, :j], weights[:, :, :j], f"attention weights of the queries at positions < {j}", call)
 
 
 @invariant(
@@ -111,7 +144,7 @@ def causal_gradient(impl, case):
     """
     import torch
 
-    inputs = case.draw(_inputs(min_seq=2, causal=True), "inputs")
+    inputs = _draw_inputs(impl, case, min_seq=2, causal=True)
     x = inputs["x"]  # (B, T, d)
     B, T, d = x.shape
     cotangents = case.draw(float_arrays((T - 1, B, d)), "cotangents")  # a random direction of each out[:, i], i < T - 1
@@ -119,7 +152,7 @@ def causal_gradient(impl, case):
     args[0] = impl.to_backend(x, requires_grad=True)
     call = _call(inputs, "differentiated with torch.autograd.grad")
     try:
-        out = impl.raw("attention")(*args)[0]  # (B, T, d)
+        out = attention_output(impl, impl.raw("attention")(*args))  # (B, T, d)
         grads = [
             torch.autograd.grad(out[:, i], args[0], grad_outputs=impl.to_backend(cotangents[i]), retain_graph=True)[0]  # (B, T, d)
             for i in range(T - 1)
@@ -136,10 +169,11 @@ def causal_gradient(impl, case):
     hint="the mask also hides the diagonal (triu with k=0: the first token sees nothing and its row is 0/0 = NaN), or "
     "fills the future with a finite value too small to zero it, or zeroes the weights after the softmax (the first "
     "row is then not 1)",
+    applies=_NO_WEIGHTS,
 )
 def causal_weights_pattern(impl, case):
     """With causal=True every weight above the diagonal is exactly 0 and the first query's weights are exactly (1, 0, …, 0)."""
-    inputs = case.draw(_inputs(causal=True), "inputs")
+    inputs = _draw_inputs(impl, case, causal=True)
     T = inputs["x"].shape[1]
     call = _call(inputs)
     _, weights = _attend(impl, inputs, call)  # (B, H, T, T)
@@ -151,10 +185,11 @@ def causal_weights_pattern(impl, case):
     requires=("attention",),
     hint="the softmax runs over the wrong axis (the query axis: columns sum to 1, not rows), or the weights are zeroed "
     "after the softmax without renormalising",
+    applies=_NO_WEIGHTS,
 )
 def weights_are_distributions(impl, case):
     """Each query's attention weights are a probability distribution over the keys: every entry >= 0, each row summing to 1."""
-    inputs = case.draw(_inputs(), "inputs")
+    inputs = _draw_inputs(impl, case)
     call = _call(inputs)
     _, weights = _attend(impl, inputs, call)  # (B, H, T, T)
     assert_where(weights >= 0, weights, "attention weights", ">= 0", call)
@@ -166,6 +201,7 @@ def weights_are_distributions(impl, case):
     requires=("attention",),
     hint="the mask is transposed (tril for triu: each token sees itself and the future) or hides a key the last "
     "token may see, so the last token does not attend to every position",
+    applies=_NO_ENCODER,
 )
 def last_position_mask_free(impl, case):
     """The last position's output and weights are the same with causal=True and causal=False, to rounding.
@@ -174,30 +210,34 @@ def last_position_mask_free(impl, case):
     on the CPU (measured, T up to 513), give it bitwise equal either way. But a fused kernel may take
     another path when given a mask (SDPA's flash kernel on CUDA takes no explicit mask), so rounding is allowed.
     """
-    inputs = case.draw(_inputs(causal=True), "inputs")
+    inputs = _draw_inputs(impl, case, causal=True)
     call = _call(inputs, "vs causal=False")
     out, weights = _attend(impl, inputs, call)
     free_out, free_weights = _attend(impl, inputs, call, causal=False)
     tol = impl.tolerance.scaled(ROUNDINGS)  # two kernels may round differently all along the chain
-    assert_close(weights[:, :, -1], free_weights[:, :, -1], "causal weights of the last query", tol, call)
-    assert_close(out[:, -1], free_out[:, -1], "causal output at the last position", tol.at_scale(_magnitude(impl, inputs, free_weights)), call)
+    if weights is not None:
+        assert_close(weights[:, :, -1], free_weights[:, :, -1], "causal weights of the last query", tol, call)
+    scale = _magnitude(impl, inputs, free_weights, causal=False)
+    assert_close(out[:, -1], free_out[:, -1], "causal output at the last position", tol.at_scale(scale), call)
 
 
 @invariant(
     requires=("attention",),
     hint="a mask is applied although causal=False (the flag is ignored), or the output depends on where a token sits "
     "(a positional bias, a cumulative sum over the sequence)",
+    applies=_NO_ENCODER,
 )
 def permutation_equivariance(impl, case):
     """Without the mask, permuting the tokens permutes the outputs and the weights' rows and columns the same way (to rounding)."""
-    inputs = case.draw(_inputs(causal=False), "inputs")
+    inputs = _draw_inputs(impl, case, causal=False)
     T = inputs["x"].shape[1]
     p = np.array(case.draw(st.permutations(range(T)), "permutation p"))
     call = _call(inputs, "vs the same on x[:, p]")
     out, weights = _attend(impl, inputs, call)
     moved_out, moved_weights = _attend(impl, inputs, call, x=inputs["x"][:, p])
     tol = impl.tolerance.scaled(2)  # the softmax and weights @ v sum the same terms in another order
-    assert_close(moved_weights, weights[:, :, p][..., p], "weights on x[:, p]", tol, call)
+    if weights is not None:
+        assert_close(moved_weights, weights[:, :, p][..., p], "weights on x[:, p]", tol, call)
     assert_close(moved_out, out[:, p], "output on x[:, p]", tol.at_scale(_magnitude(impl, inputs, weights)), call)
 
 
@@ -208,7 +248,7 @@ def permutation_equivariance(impl, case):
 )
 def zero_output_projection(impl, case):
     """With W_o = 0 attention's output is exactly 0, whatever x and the other weights."""
-    inputs = case.draw(_inputs(), "inputs")
+    inputs = _draw_inputs(impl, case)
     call = _call(inputs, "with W_o = 0")
     out, _ = _attend(impl, inputs, call, W_o=np.zeros_like(inputs["W_o"]))
     assert_equal(out, 0.0, "attention output with W_o = 0", call)
@@ -221,7 +261,7 @@ def zero_output_projection(impl, case):
 )
 def linear_in_values(impl, case):
     """attention is linear in W_v: out(a·W_v + b·W_v') = a·out(W_v) + b·out(W_v') for the same x, W_q, W_k and W_o, to rounding."""
-    inputs = case.draw(_inputs(), "inputs")
+    inputs = _draw_inputs(impl, case)
     other = case.draw(weight_matrices(inputs["W_v"].shape), "W_v'")
     a, b = (case.draw(st.sampled_from([-1.0, 1.0]), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
     call = _call(inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
@@ -243,7 +283,7 @@ def linear_in_values(impl, case):
 )
 def batch_items_independent(impl, case):
     """Changing one batch item leaves every other item's outputs and weights exactly unchanged."""
-    inputs = case.draw(_inputs(min_batch=2), "inputs")
+    inputs = _draw_inputs(impl, case, min_batch=2)
     x = inputs["x"]  # (B, T, d)
     B, T, d = x.shape
     item = case.draw(st.integers(0, B - 1), "changed batch item")
@@ -254,7 +294,8 @@ def batch_items_independent(impl, case):
     out, weights = _attend(impl, inputs, call)
     new_out, new_weights = _attend(impl, inputs, call, x=changed)
     assert_equal(new_out[keep], out[keep], f"attention output of the batch items other than {item}", call)
-    assert_equal(new_weights[keep], weights[keep], f"attention weights of the batch items other than {item}", call)
+    if weights is not None:
+        assert_equal(new_weights[keep], weights[keep], f"attention weights of the batch items other than {item}", call)
 
 
 @invariant(
@@ -271,7 +312,7 @@ def multi_head_is_sum_of_heads(impl, case):
     the other heads' columns (and W_o's rows) zeroed and W_q times √H, so that its 1/√d is the
     head's 1/√D; its weights must be that head's weights. Holds to rounding.
     """
-    inputs = case.draw(_inputs(min_heads=2), "inputs")
+    inputs = _draw_inputs(impl, case, min_heads=2)
     x, W_q, W_k, W_v, W_o, H, causal = attention_args(inputs)
     d = x.shape[-1]
     D = d // H
@@ -284,7 +325,8 @@ def multi_head_is_sum_of_heads(impl, case):
         head = dict(inputs, W_q=W_q * keep * np.sqrt(H), W_k=W_k * keep, W_v=W_v * keep, W_o=W_o * keep[:, None], n_heads=1)
         head_out, head_weights = _attend(impl, head, f"{call} (head {h})")
         total += head_out
-        assert_close(weights[:, h], head_weights[:, 0], f"weights of head {h}", tol, call)
+        if weights is not None:
+            assert_close(weights[:, h], head_weights[:, 0], f"weights of head {h}", tol, call)
     assert_close(out, total, "multi-head output", tol.at_scale(_magnitude(impl, inputs, weights)), call)
 
 
@@ -298,12 +340,13 @@ def agrees_with_reference(impl, case):
 
     This is what pins the 1/√d_head scale, which no law above can see.
     """
-    inputs = case.draw(_inputs(), "inputs")
+    inputs = _draw_inputs(impl, case)
     call = _call(inputs)
     out, weights = _attend(impl, inputs, call)
     expected_out, expected_weights = reference_answer(impl, "attention", *attention_args(inputs))
     tol = agreement_tolerance(impl.dtype)
     if impl.dtype != "float64":  # float64 keeps the course's fixed 1e-10
         tol = tol.scaled(ROUNDINGS)
-    assert_close(weights, expected_weights, "attention weights", tol, call)
+    if weights is not None:
+        assert_close(weights, expected_weights, "attention weights", tol, call)
     assert_close(out, expected_out, "attention output", tol.at_scale(_magnitude(impl, inputs, expected_weights)), call)

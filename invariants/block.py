@@ -1,4 +1,12 @@
-"""Invariants of transformer_block (pre-norm): the residual identity, one sublayer at a time, causality, equivariance."""
+"""Invariants of transformer_block (pre-norm): the residual identity, one sublayer at a time, causality, equivariance.
+
+What is drawn follows the implementation's declarations (invariants/conventions.py): params with
+the attention biases b_q..b_o only where it declares ATTENTION_BIASES = True (so a block without
+bias support passes, and one that declares support but ignores them fails agrees_with_reference),
+causal=True only under CAUSAL_ONLY (permutation_equivariant, encoder mode, is then skipped), the
+feed-forward width FEED_FORWARD_RATIO·d (else 4·d), and its LayerNorm eps (LAYER_NORM_EPS, else
+1e-5) wherever the check computes a norm itself or asks the reference.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +15,15 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
+from invariants.attention import attention_output
+from invariants.conventions import PROTOCOL_EPS, attention_biases, causal_modes, d_ff_for, declared_skip, layer_norm_eps
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
 from strategies.core import attention_shapes, float_arrays
 from strategies.params import block_params
 
-EPS = 1e-5  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside
+EPS = PROTOCOL_EPS  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside unless LAYER_NORM_EPS says otherwise
 OUTPUTS = {"attention": ("W_o", "b_o"), "feed_forward": ("W2", "b2")}  # what a sublayer's output is made of
 
 
@@ -34,18 +44,31 @@ def _shape_and_input(case, *, min_seq=1, wide=False):
     return shape, case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
 
 
-def _block_case(case, *, min_seq=1, attn_bias=None, wide=False):
-    """Draw a shape, an input x (B, T, d) and one block's params."""
+def block_params_for(impl, d_model, *, attn_bias=None):
+    """block_params of width d_model that impl can take: its feed-forward width, and the attention biases only if it
+    declares ATTENTION_BIASES = True (attn_bias=False leaves them out whatever it declares)."""
+    bias = False if attn_bias is False else attention_biases(impl)
+    return block_params(d_model, d_ff=d_ff_for(impl, d_model), attn_bias=bias)
+
+
+def draw_causal(impl, case):
+    """Draw the causal flag: either, or True only where impl declares CAUSAL_ONLY."""
+    return case.draw(st.booleans() if len(causal_modes(impl)) == 2 else st.just(True), "causal")
+
+
+def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False):
+    """Draw a shape, an input x (B, T, d) and one block's params (see block_params_for)."""
     shape, x = _shape_and_input(case, min_seq=min_seq, wide=wide)
-    return shape, x, case.draw(block_params(shape.d_model, attn_bias=attn_bias), "params")
+    return shape, x, case.draw(block_params_for(impl, shape.d_model, attn_bias=attn_bias), "params")
 
 
 def norms_condition(impl, x, params, n_heads, causal):
     """The worse layer_norm_condition of the block's two norm inputs, x and h = x + attn(LN1(x)), computed in float64."""
     x, p = impl.as_seen((x, params))
-    biases = {name: p[name] for name in ref.ATTENTION_BIASES if name in p}
-    attended, _ = ref.attention(ref.layer_norm(x, p["ln1_g"], p["ln1_b"], EPS), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
-    return max(layer_norm_condition(x, EPS), layer_norm_condition(x + attended, EPS))  # h: (B, T, d)
+    eps = layer_norm_eps(impl)
+    biases = {name: p[name] for name in ref.ATTENTION_BIAS_NAMES if name in p}
+    attended, _ = ref.attention(ref.layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
+    return max(layer_norm_condition(x, eps), layer_norm_condition(x + attended, eps))  # h: (B, T, d)
 
 
 def wide_in_16_bits(impl):
@@ -67,8 +90,8 @@ def wide_in_16_bits(impl):
 def residual_identity(impl, case):
     """With W_o, W2, b2 (and b_o) zeroed, a block returns its input exactly, and so does a stack of up to 4 such blocks."""
     shape, x = _shape_and_input(case)
-    stack = case.draw(st.lists(block_params(shape.d_model), min_size=1, max_size=4), "params of each block")
-    causal = case.draw(st.booleans(), "causal")
+    stack = case.draw(st.lists(block_params_for(impl, shape.d_model), min_size=1, max_size=4), "params of each block")
+    causal = draw_causal(impl, case)
     y = x
     for i, params in enumerate(stack):
         call = f"transformer_block(x, silenced params, n_heads={shape.n_heads}, causal={causal}), block {i + 1} of {len(stack)}"
@@ -86,11 +109,11 @@ def residual_identity(impl, case):
 )
 def feed_forward_sublayer_alone(impl, case):
     """With the attention sublayer silenced (W_o = 0, b_o = 0), the block returns x + feed_forward(layer_norm(x; ln2_g, ln2_b))."""
-    shape, x, p = _block_case(case)
-    causal = case.draw(st.booleans(), "causal")
+    shape, x, p = _block_case(impl, case)
+    causal = draw_causal(impl, case)
     call = f"transformer_block(x, params with W_o = 0, n_heads={shape.n_heads}, causal={causal})"
     got = impl.transformer_block(x, silenced(p, "attention"), shape.n_heads, causal)
-    normed = impl.layer_norm(x, p["ln2_g"], p["ln2_b"], EPS)  # (B, T, d)
+    normed = impl.layer_norm(x, p["ln2_g"], p["ln2_b"], layer_norm_eps(impl))  # (B, T, d)
     expected = impl.as_seen(x) + impl.feed_forward(normed, p["W1"], p["b1"], p["W2"], p["b2"])  # (B, T, d)
     assert_close(got, expected, "block output", impl.tolerance, call)  # one rounding apart: the block's residual sum
 
@@ -102,12 +125,12 @@ def feed_forward_sublayer_alone(impl, case):
 )
 def attention_sublayer_alone(impl, case):
     """With the feed-forward silenced (W2 = 0, b2 = 0), the block returns x + attention(layer_norm(x; ln1_g, ln1_b))."""
-    shape, x, p = _block_case(case, attn_bias=False)  # the protocol's attention() takes no biases
-    causal = case.draw(st.booleans(), "causal")
+    shape, x, p = _block_case(impl, case, attn_bias=False)  # the protocol's attention() takes no biases
+    causal = draw_causal(impl, case)
     call = f"transformer_block(x, params with W2 = 0 and b2 = 0, n_heads={shape.n_heads}, causal={causal})"
     got = impl.transformer_block(x, silenced(p, "feed_forward"), shape.n_heads, causal)
-    normed = impl.layer_norm(x, p["ln1_g"], p["ln1_b"], EPS)  # (B, T, d)
-    attended, _ = impl.attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], shape.n_heads, causal)  # (B, T, d)
+    normed = impl.layer_norm(x, p["ln1_g"], p["ln1_b"], layer_norm_eps(impl))  # (B, T, d)
+    attended = attention_output(impl, impl.attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], shape.n_heads, causal))  # (B, T, d)
     expected = impl.as_seen(x) + attended
     assert_close(got, expected, "block output", impl.tolerance, call)  # one rounding apart: the block's residual sum
 
@@ -118,8 +141,8 @@ def attention_sublayer_alone(impl, case):
 )
 def shape_preserved(impl, case):
     """transformer_block maps a (B, T, d) input to a finite (B, T, d) output, causal or not."""
-    shape, x, params = _block_case(case)
-    causal = case.draw(st.booleans(), "causal")
+    shape, x, params = _block_case(impl, case)
+    causal = draw_causal(impl, case)
     call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal={causal})"
     y = assert_shape(impl.transformer_block(x, params, shape.n_heads, causal), x.shape, "block output", call)
     assert_finite(y, "block output", call)
@@ -132,7 +155,7 @@ def shape_preserved(impl, case):
 )
 def causal_non_leakage(impl, case):
     """In decoder mode (causal=True), changing x at positions >= j leaves the block's outputs at positions < j exactly equal."""
-    shape, x, params = _block_case(case, min_seq=2)
+    shape, x, params = _block_case(impl, case, min_seq=2)
     j = case.draw(st.integers(1, shape.seq - 1), "j (first changed position)")
     future = case.draw(float_arrays((shape.batch, shape.seq - j, shape.d_model)), "new x[:, j:]")  # (B, T - j, d)
     changed = x.copy()
@@ -147,10 +170,11 @@ def causal_non_leakage(impl, case):
 @invariant(
     requires=("transformer_block",),
     hint="the block masks even with causal=False (the flag is ignored or hard-coded), or adds position information of its own",
+    applies=declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (causal=False), which this invariant is about"),
 )
 def permutation_equivariant(impl, case):
     """In encoder mode (causal=False), permuting the tokens of x permutes the block's output the same way."""
-    shape, x, params = _block_case(case)
+    shape, x, params = _block_case(impl, case)
     perm = np.array(case.draw(st.permutations(range(shape.seq)), "permutation"))
     call = f"transformer_block(x[:, perm], params, n_heads={shape.n_heads}, causal=False) vs transformer_block(x, ...)[:, perm]"
     permuted = impl.transformer_block(x[:, perm], params, shape.n_heads, False)
@@ -164,20 +188,23 @@ def permutation_equivariant(impl, case):
 @invariant(
     requires=("transformer_block",),
     hint="the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, "
-         "not x: no parallel sublayers), the attention biases used when given, LayerNorm eps 1e-5",
+         "not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), "
+         "LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM)",
 )
 def agrees_with_reference(impl, case):
     """transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 
+    The reference uses the declared GELU_FORM, or either form for the whole block where none is
+    declared (a block that mixes the forms matches neither), and the declared LAYER_NORM_EPS.
     In float16 and bfloat16 the block is drawn with d_model >= 8, where LayerNorm is well-conditioned (see wide_in_16_bits);
     below float64 the tolerance grows with the norms' condition (see norms_condition).
     """
-    shape, x, params = _block_case(case, wide=wide_in_16_bits(impl))
-    causal = case.draw(st.booleans(), "causal")
+    shape, x, params = _block_case(impl, case, wide=wide_in_16_bits(impl))
+    causal = draw_causal(impl, case)
     got = impl.transformer_block(x, params, shape.n_heads, causal)
     call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal={causal})"
     # Two sublayers of a few roundings each and two residual sums: 4 × the table (the worst measured is 1.9×, see
     # wide_in_16_bits), grown with the norms' condition, since LN2 magnifies the attention's rounding by it.
     condition = norms_condition(impl, x, params, shape.n_heads, causal)
     assert_agrees_with_reference(impl, "transformer_block", (x, params, shape.n_heads, causal), got, "block output",
-                                 factor=4, condition=condition, call=call)
+                                 factor=4, condition=condition, call=call, options={"eps": layer_norm_eps(impl)}, gelu=True)

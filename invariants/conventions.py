@@ -1,19 +1,30 @@
 """Declared conventions: module-level constants with which an implementation says how it differs from the reference without being wrong.
 
-    TOP_K_TIES = "any"          # in the implementation's module (or adapter class)
+    GELU_FORM = "erf"          # in the implementation's module (or adapter class)
+    ATTENTION_BIASES = True    # transformer_block and gpt_logits read b_q, b_k, b_v, b_o
 
-A declaration picks which reference applies or which invariants run; it never loosens a
-tolerance or turns a false law true. An invariant skipped because of a declaration says so
-with a `Declared` reason, and the run's summary counts those skips apart.
+A declaration picks which reference applies, which inputs are drawn, or which invariants run; it
+never loosens a tolerance or turns a false law true, so it can only make the suite check less. An
+invariant skipped because of a declaration says so with a `Declared` reason (see `declared_skip`),
+and the run's summary counts those skips apart. A wrong declaration fails loudly: the comparisons
+use the declared convention only (declaring "erf" for a tanh GELU fails gelu_agrees_with_reference,
+and the block's and the model's agreement with the reference).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+PROTOCOL_EPS = 1e-5  # the eps the suite passes to layer_norm and rms_norm, and the one the protocol's block uses
 
 
 class Declared(str):
     """A skip reason that comes from a declared convention (counted apart in the summary)."""
+
+
+def _positive(value):
+    return value > 0
 
 
 @dataclass(frozen=True)
@@ -21,20 +32,51 @@ class Convention:
     """One declarable constant: its allowed values, the value assumed when it is absent, and what it changes."""
 
     name: str
-    allowed: tuple  # the allowed values
+    allowed: tuple  # the allowed values, or the allowed types (a tuple of classes)
     default: object
     changes: str  # one sentence: which invariants or strategies it changes
+    valid: Callable | None = None  # for allowed types: a further condition on the value (e.g. > 0)
+    requirement: str = ""  # that condition in words, for the message
 
     def problem(self, value):
         """Why `value` cannot be declared for this convention, or None."""
-        if any(value == a and type(value) is type(a) for a in self.allowed):
-            return None
-        return f"{self.name} = {value!r} is not allowed: expected {' or '.join(map(repr, self.allowed))}"
+        if all(isinstance(a, type) for a in self.allowed):
+            ok = isinstance(value, self.allowed) and not (isinstance(value, bool) and bool not in self.allowed)
+            expected = " or ".join(a.__name__ for a in self.allowed)
+            if ok and self.valid is not None and not self.valid(value):
+                ok, expected = False, f"{expected} {self.requirement}"
+        else:
+            ok = any(value == a and type(value) is type(a) for a in self.allowed)
+            expected = " or ".join(map(repr, self.allowed))
+        return None if ok else f"{self.name} = {value!r} is not allowed: expected {expected}"
 
 
 CONVENTIONS = {
     c.name: c
     for c in (
+        Convention("GELU_FORM", ("tanh", "erf"), None,
+                   "gelu, feed_forward, transformer_block, gpt_logits and moe are compared with the reference in the declared "
+                   "GELU form only (undeclared: either form, one form for a whole call)"),
+        Convention("ATTENTION_BIASES", (True, False), False,
+                   "True: the block and model invariants also draw params with the attention biases b_q, b_k, b_v, b_o "
+                   "(undeclared or False: never, so an implementation without them passes)"),
+        Convention("CAUSAL_ONLY", (True, False), False,
+                   "True: the invariants of encoder mode (causal=False) are skipped and every other attention and block "
+                   "invariant runs with causal=True only"),
+        Convention("ATTENTION_WEIGHTS", (True, False), True,
+                   "False: attention returns its output alone (no weights), the weight invariants are skipped and the "
+                   "others check the output only"),
+        Convention("LAYER_NORM_EPS", (float,), None,
+                   "layer_norm always uses this eps, whatever it is passed: the norm invariants pass it, the reference "
+                   "block and model use it, and the scale law (which needs eps/c²) is skipped",
+                   valid=_positive, requirement="> 0"),
+        Convention("RMS_NORM_EPS", (float,), None,
+                   "rms_norm always uses this eps, whatever it is passed: the invariants pass it, and the scale law "
+                   "(which needs eps/c²) is skipped", valid=_positive, requirement="> 0"),
+        Convention("FEED_FORWARD_RATIO", (int,), None,
+                   "feed_forward, the block, the model and the experts are drawn with the hidden width d_ff = ratio·d_model "
+                   "only (undeclared: feed_forward takes any width, the others 4·d_model)",
+                   valid=_positive, requirement=">= 1"),
         Convention("TOP_K_TIES", ("lower", "any"), "lower",
                    "'any': the tie-rule invariant is skipped and the gates are checked against any valid top-k set"),
     )
@@ -57,3 +99,54 @@ def read_declarations(namespace):
 def declared(impl, name):
     """The value `impl` declares for convention `name`, or the convention's default."""
     return impl.declarations.get(name, CONVENTIONS[name].default)
+
+
+def declared_skip(name, when, why):
+    """An `applies=` function for the registry: a Declared skip reason where impl's value of `name` satisfies `when`, else None.
+
+        applies=declared_skip("CAUSAL_ONLY", lambda only: only, "it compares causal and encoder mode")
+    """
+    if name not in CONVENTIONS:
+        raise ValueError(f"{name} is not a declarable convention (see invariants.conventions.CONVENTIONS)")
+
+    def applies(impl):
+        value = declared(impl, name)
+        return Declared(f"{impl.label} declares {name} = {value!r}: {why}") if when(value) else None
+
+    return applies
+
+
+# -- what a declaration means, for the invariants that read it -------------------------------
+
+
+def layer_norm_eps(impl):
+    """The eps layer_norm is passed and the reference's norms use for impl: LAYER_NORM_EPS where declared, else 1e-5."""
+    eps = declared(impl, "LAYER_NORM_EPS")
+    return PROTOCOL_EPS if eps is None else eps
+
+
+def rms_norm_eps(impl):
+    """The eps rms_norm is passed for impl: RMS_NORM_EPS where declared, else 1e-5."""
+    eps = declared(impl, "RMS_NORM_EPS")
+    return PROTOCOL_EPS if eps is None else eps
+
+
+def attention_biases(impl):
+    """The attn_bias choice of the block and model strategies for impl: None (with and without) if it declares support, else False."""
+    return None if declared(impl, "ATTENTION_BIASES") else False
+
+
+def causal_modes(impl):
+    """The causal flags impl can take: (True,) where CAUSAL_ONLY is declared, else (True, False)."""
+    return (True,) if declared(impl, "CAUSAL_ONLY") else (True, False)
+
+
+def returns_weights(impl):
+    """Whether impl's attention answers (out, weights) (the default) or out alone (ATTENTION_WEIGHTS = False)."""
+    return declared(impl, "ATTENTION_WEIGHTS")
+
+
+def d_ff_for(impl, d_model, default=None):
+    """The hidden width impl's feed-forward networks take at d_model: ratio·d_model where FEED_FORWARD_RATIO is declared, else `default`."""
+    ratio = declared(impl, "FEED_FORWARD_RATIO")
+    return default if ratio is None else ratio * d_model

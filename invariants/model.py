@@ -1,4 +1,10 @@
-"""Invariants of gpt_logits: causality, prefixes, the tied output, the final norm, positions, refusals, the reference."""
+"""Invariants of gpt_logits: causality, prefixes, the tied output, the final norm, positions, refusals, the reference.
+
+Models are drawn with what the implementation declares (invariants/conventions.py): attention
+biases only under ATTENTION_BIASES = True, blocks of width FEED_FORWARD_RATIO·d (else 4·d); the
+reference and the final norm's expected values use its LAYER_NORM_EPS (else 1e-5) and GELU_FORM
+(else either form, one for the whole model).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
-from invariants.block import EPS, silenced
+from invariants.block import silenced
+from invariants.conventions import attention_biases, declared, layer_norm_eps
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
@@ -14,10 +21,15 @@ from strategies.core import float_arrays
 from strategies.params import gpt_configs, gpt_params, token_ids
 
 
-def _model_case(case, *, min_seq=1, spare_positions=0, wide=False):
+def configs_for(impl, **options):
+    """gpt_configs(**options) of models impl can run: attention biases only if it declares them, its feed-forward ratio."""
+    return gpt_configs(attn_bias=attention_biases(impl), ff_ratio=declared(impl, "FEED_FORWARD_RATIO") or 4, **options)
+
+
+def _model_case(impl, case, *, min_seq=1, spare_positions=0, wide=False):
     """Draw a config, its params and ids (B, T) with T <= max_len - spare_positions; wide=True keeps d_model and vocab >= 8."""
     widths = dict(min_heads=2, min_d_head=4, min_vocab=8) if wide else {}
-    config = case.draw(gpt_configs(min_max_len=min_seq + spare_positions, **widths), "config")
+    config = case.draw(configs_for(impl, min_max_len=min_seq + spare_positions, **widths), "config")
     params = case.draw(gpt_params(config), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_seq, max_seq=config.max_len - spare_positions), "ids")
     return config, params, ids
@@ -45,7 +57,7 @@ def _head_tolerance(impl, h, wte):
 )
 def causal_non_leakage(impl, case):
     """Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal."""
-    config, params, ids = _model_case(case, min_seq=2)
+    config, params, ids = _model_case(impl, case, min_seq=2)
     j = case.draw(st.integers(1, ids.shape[1] - 1), "j (first changed position)")
     shift = case.draw(st.integers(1, config.vocab - 1), "id shift")
     changed = ids.copy()
@@ -68,7 +80,7 @@ def prefix_consistency(impl, case):
     Not bitwise: a shorter sequence has other shapes, and other shapes take other kernels and
     summation orders (transformers' GPT-2 and torch's attention differ by ~1e-7 when truncated).
     """
-    config, params, ids = _model_case(case)
+    config, params, ids = _model_case(impl, case)
     j = case.draw(st.integers(1, ids.shape[1]), "j (prefix length)")
     call = f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads}) vs gpt_logits(ids, ...)[:, :{j}]"
     prefix = _logits(impl, config, ids[:, :j], params, call)
@@ -83,12 +95,12 @@ def prefix_consistency(impl, case):
 )
 def tied_output(impl, case):
     """With every block silenced (the identity), the logits are layer_norm(wte[ids] + wpe[:T]; lnf_g, lnf_b)·wteᵀ."""
-    config, params, ids = _model_case(case)
+    config, params, ids = _model_case(impl, case)
     quiet = {**params, "blocks": [silenced(b, "attention", "feed_forward") for b in params["blocks"]]}
     call = f"gpt_logits(ids, params with every block silenced (W_o, b_o, W2, b2 = 0), n_heads={config.n_heads})"
     got = _logits(impl, config, ids, quiet, call)
     wte, wpe = impl.as_seen(params["wte"]), impl.as_seen(params["wpe"])
-    h = impl.layer_norm(wte[ids] + wpe[: ids.shape[1]], params["lnf_g"], params["lnf_b"], EPS).astype(np.float64)  # (B, T, d)
+    h = impl.layer_norm(wte[ids] + wpe[: ids.shape[1]], params["lnf_g"], params["lnf_b"], layer_norm_eps(impl)).astype(np.float64)  # (B, T, d)
     assert_close(got, h @ wte.T, "logits", _head_tolerance(impl, h, wte), call)  # (B, T, d) x (d, V) -> (B, T, V)
 
 
@@ -99,7 +111,7 @@ def tied_output(impl, case):
 )
 def final_norm(impl, case):
     """With lnf_g = 0 the final norm outputs lnf_b at every position, so every position's logits are lnf_b·wteᵀ."""
-    config, params, ids = _model_case(case)
+    config, params, ids = _model_case(impl, case)
     call = f"gpt_logits(ids, params with lnf_g = 0, n_heads={config.n_heads})"
     got = _logits(impl, config, ids, {**params, "lnf_g": np.zeros_like(params["lnf_g"])}, call)
     b, wte = impl.as_seen(params["lnf_b"]), impl.as_seen(params["wte"])
@@ -113,7 +125,7 @@ def final_norm(impl, case):
 )
 def positions_from_start(impl, case):
     """A sequence of T tokens uses position rows 0 .. T-1 only: changing the rows of wpe from T on leaves its logits exactly equal."""
-    config, params, ids = _model_case(case, spare_positions=1)
+    config, params, ids = _model_case(impl, case, spare_positions=1)
     T = ids.shape[1]
     rows = case.draw(float_arrays((config.max_len - T, config.d_model)), "new wpe[T:]")  # (max_len - T, d)
     changed = params["wpe"].copy()
@@ -135,7 +147,7 @@ BAD_INPUTS = ("an id >= vocab", "a negative id", "more tokens than max_len")
 def refuses_bad_ids(impl, case):
     """gpt_logits raises ValueError for an id >= vocab, a negative id, or a sequence longer than max_len."""
     problem = case.draw(st.sampled_from(BAD_INPUTS), "problem")
-    config = case.draw(gpt_configs(max_layers=1), "config")
+    config = case.draw(configs_for(impl, max_layers=1), "config")
     params = case.draw(gpt_params(config), "params")
     if problem == "more tokens than max_len":
         ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=config.max_len + 1, max_seq=config.max_len + 3), "ids")
@@ -158,19 +170,23 @@ def refuses_bad_ids(impl, case):
 @invariant(
     requires=("gpt_logits",),
     hint="the model differs from GPT-2's: ids + positions 0 .. T-1, pre-norm causal blocks, the final LayerNorm, "
-         "the tied head wteᵀ; or a block convention differs (see block.agrees_with_reference)",
+         "the tied head wteᵀ; or a block convention differs (see block.agrees_with_reference: the biases, eps, GELU form)",
 )
 def agrees_with_reference(impl, case):
     """gpt_logits agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
+
+    The reference uses the declared GELU_FORM, or either form for the whole model where none is
+    declared (blocks in different forms match neither), and the declared LAYER_NORM_EPS.
 
     Below float64 the model is drawn with d_model >= 8, where its LayerNorms are well-conditioned
     (at d_model = 2 a row like [-2.0777, -2.0803] makes a correct float32 model, the reference's
     own included, miss by 2.5× the table), and vocab >= 8: the 16-bit tolerance is relative to
     the largest logit, and a handful of logits can all be small by cancellation.
     """
-    config, params, ids = _model_case(case, wide=impl.dtype != "float64")
+    config, params, ids = _model_case(impl, case, wide=impl.dtype != "float64")
     call = f"gpt_logits(ids, params, n_heads={config.n_heads})"
     got = _logits(impl, config, ids, params, call)
     # Up to two blocks, the final norm and the head: 8 × the table. Measured on reference.torch over 5,400 such
     # models, the worst was 4.6× in float16 and 1.8× in bfloat16.
-    assert_agrees_with_reference(impl, "gpt_logits", (ids, params, config.n_heads), got, "logits", factor=8, call=call)
+    assert_agrees_with_reference(impl, "gpt_logits", (ids, params, config.n_heads), got, "logits", factor=8, call=call,
+                                 options={"eps": layer_norm_eps(impl)}, gelu=True)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import Declared, declared
-from invariants.reference_check import assert_agrees_with_reference, reference_answer
+from invariants.conventions import Declared, d_ff_for, declared
+from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
@@ -306,11 +306,11 @@ def load_balancing_loss_agrees_with_reference(impl, case):
 # ---------------------------------------------------------------------------
 
 
-def _moe_case(case, shapes):
-    """Draw (shape, x (N, d), router (d, E), experts) for moe."""
+def _moe_case(impl, case, shapes):
+    """Draw (shape, x (N, d), router (d, E), experts) for moe; the experts' width is FEED_FORWARD_RATIO·d where declared, else 4·d."""
     shape = case.draw(shapes, "shape")
     x = case.draw(moe_tokens(shape.tokens, shape.d_model), "x")
-    params = case.draw(moe_params(shape.d_model, shape.experts), "params")
+    params = case.draw(moe_params(shape.d_model, shape.experts, d_ff=d_ff_for(impl, shape.d_model)), "params")
     return shape, x, params["router"], params["experts"]
 
 
@@ -337,7 +337,7 @@ def _at_expert_scale(tol, impl, x, experts):
 )
 def moe_dense_when_k_equals_n(impl, case):
     """With k = n, moe is the dense mixture Σ_i softmax(x·W_r)_i · expert_i(x)."""
-    shape, x, router, experts = _moe_case(case, moe_shapes().map(lambda s: replace(s, k=s.experts)))
+    shape, x, router, experts = _moe_case(impl, case, moe_shapes().map(lambda s: replace(s, k=s.experts)))
     call = f"moe(x, router, experts, k={shape.k}) with k = n vs Σ softmax(x·router)·feed_forward(x, expert)"
     probs = ref.softmax(impl.as_seen(x) @ impl.as_seen(router))  # (N, E); the scores are exact in every dtype
     expected = np.einsum("ne,end->nd", probs, _expert_outputs(impl, x, experts))  # (N, E) x (E, N, d) -> (N, d)
@@ -352,7 +352,7 @@ def moe_dense_when_k_equals_n(impl, case):
 def moe_top_1_is_chosen_expert(impl, case):
     """With k = 1, each token's moe output is the output of the expert with its highest router score (to rounding:
     moe runs an expert on a subset of the tokens, which may take another matmul kernel)."""
-    shape, x, router, experts = _moe_case(case, moe_shapes().map(lambda s: replace(s, k=1)))
+    shape, x, router, experts = _moe_case(impl, case, moe_shapes().map(lambda s: replace(s, k=1)))
     call = "moe(x, router, experts, k=1) vs feed_forward(x, expert with the top score)"
     out = assert_shape(impl.moe(x, router, experts, 1), x.shape, "moe(x, router, experts, 1)", call).astype(np.float64)
     scores = impl.as_seen(x) @ impl.as_seen(router)  # (N, E), exact in every dtype
@@ -376,7 +376,7 @@ def moe_top_1_is_chosen_expert(impl, case):
 )
 def moe_token_permutation_equivariance(impl, case):
     """moe is position-wise: permuting the tokens permutes the outputs the same way."""
-    shape, x, router, experts = _moe_case(case, moe_shapes(min_tokens=2))
+    shape, x, router, experts = _moe_case(impl, case, moe_shapes(min_tokens=2))
     order = np.array(case.draw(st.permutations(range(shape.tokens)), "token order"))
     call = f"moe(x[order], router, experts, k={shape.k}) vs moe(x, router, experts, k={shape.k})[order]"
     expected = impl.moe(x, router, experts, shape.k)[order]
@@ -388,19 +388,23 @@ def moe_token_permutation_equivariance(impl, case):
     requires=("moe",),
     hint=(
         "a convention differs from the reference's y = Σ_{i in top-k} g_i·E_i(x): g a softmax over the kept scores of r"
-        " = x·W_r (no bias), E_i the GELU feed-forward, ties to the lower index"
+        " = x·W_r (no bias), E_i the GELU feed-forward (one GELU form throughout: the declared GELU_FORM), ties to the lower index"
     ),
 )
 def moe_agrees_with_reference(impl, case):
     """moe agrees with the float64 reference (1e-10 in float64, the dtype tolerance otherwise, at the size of the
-    experts' terms); without a documented tie rule, on the tokens with no tie at the top-k boundary."""
-    shape, x, router, experts = _moe_case(case, moe_shapes())
+    experts' terms); without a documented tie rule, on the tokens with no tie at the top-k boundary.
+
+    The reference's experts use the declared GELU_FORM, or either form for the whole call where none is declared.
+    """
+    shape, x, router, experts = _moe_case(impl, case, moe_shapes())
     k = shape.k
     call = f"moe(x, router, experts, k={k})"
     got = assert_shape(impl.moe(x, router, experts, k), x.shape, "moe(x, router, experts, k)", call)
-    expected = reference_answer(impl, "moe", x, router, experts, k)  # (N, d)
     compared = np.ones(len(x), dtype=bool)
     if not _follows_tie_rule(impl):
         compared = ~_boundary_tied(impl.as_seen(x) @ impl.as_seen(router), k)  # (N,)
+    answers = {form: expected[compared] for form, expected in reference_answers(impl, "moe", x, router, experts, k).items()}  # (N', d)
     tol = _at_expert_scale(agreement_tolerance(impl.dtype), impl, x, experts)
-    assert_close(got[compared], expected[compared], "moe(x, router, experts, k)", tol, call)
+    assert_close_to_a_gelu_form(impl, got[compared], answers, "moe(x, router, experts, k)", tol, call,
+                                other_answer=lambda form: reference_answer(impl, "moe", x, router, experts, k, gelu_form=form)[compared])

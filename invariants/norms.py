@@ -1,4 +1,10 @@
-"""Invariants of layer_norm and rms_norm: statistics, the exact scale law, shift, affine, row independence."""
+"""Invariants of layer_norm and rms_norm: statistics, the exact scale law, shift, affine, row independence.
+
+Every check passes eps = 1e-5, or the fixed eps an implementation declares (LAYER_NORM_EPS,
+RMS_NORM_EPS: a norm that ignores the eps it is passed), and computes what it expects with that
+eps. The scale laws need the norm at eps/c², which a fixed eps cannot give: they are skipped
+(Declared) for such an implementation rather than checked at the wrong eps.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,28 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape
+from invariants.conventions import PROTOCOL_EPS, Declared, declared, declared_skip, layer_norm_eps, rms_norm_eps
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from strategies.norms import gains_and_biases, norm_rows, scale_factors
 
-EPS = 1e-5
+EPS = PROTOCOL_EPS
+_FIXED_LN_EPS = declared_skip("LAYER_NORM_EPS", lambda eps: eps is not None, "the scale law needs layer_norm at eps/c², not at a fixed eps")
+_FIXED_RMS_EPS = declared_skip("RMS_NORM_EPS", lambda eps: eps is not None, "the scale law needs rms_norm at eps/c², not at a fixed eps")
+
+
+def _shared_eps(impl):
+    """One eps both norms take: the one declared fixed (either), else 1e-5; None where both are fixed, at different values."""
+    fixed = {declared(impl, name) for name in ("LAYER_NORM_EPS", "RMS_NORM_EPS")} - {None}
+    return PROTOCOL_EPS if not fixed else fixed.pop() if len(fixed) == 1 else None
+
+
+def _different_eps(impl):
+    """The skip reason of rms_norm_of_centred_is_layer_norm where the two norms' declared eps differ, or None."""
+    if _shared_eps(impl) is not None:
+        return None
+    ln, rms = layer_norm_eps(impl), rms_norm_eps(impl)
+    return Declared(f"{impl.label} declares LAYER_NORM_EPS = {ln!r} and RMS_NORM_EPS = {rms!r}: the identity needs one eps for both")
 
 
 def _exact_scaling(impl):
@@ -40,18 +63,20 @@ def layer_norm_row_statistics(impl, case):
     """Each output row of layer_norm has mean 0 and population variance σ²/(σ²+ε), σ² the row's input variance."""
     x = case.draw(norm_rows(), "x")  # (rows, d)
     g, b = _plain(x.shape[-1])
-    call = f"layer_norm(x, ones, zeros, {EPS})"
-    y = _layer_norm(impl, x, g, b, EPS, call)
+    eps = layer_norm_eps(impl)
+    call = f"layer_norm(x, ones, zeros, {eps})"
+    y = _layer_norm(impl, x, g, b, eps, call)
     var_in = impl.as_seen(x).var(axis=-1)  # (rows,)
     tol = impl.tolerance.scaled(4).at_scale(1.0)  # statistics of d rounded values of unit size
     assert_close(y.astype(np.float64).mean(axis=-1), 0.0, "row mean of layer_norm(x)", tol, call)
-    assert_close(y.astype(np.float64).var(axis=-1), var_in / (var_in + EPS), "row variance of layer_norm(x)", tol, call)
+    assert_close(y.astype(np.float64).var(axis=-1), var_in / (var_in + eps), "row variance of layer_norm(x)", tol, call)
 
 
 @invariant(
     requires=("layer_norm",),
     hint="eps is added outside the square root (x̂ = (x - μ)/(σ + ε)) or the variance is unbiased; "
     "LN(c·x) = sign(c)·LN_{ε/c²}(x) holds only with ε inside √(σ² + ε)",
+    applies=_FIXED_LN_EPS,
 )
 def layer_norm_scale_law(impl, case):
     """layer_norm(c·x, eps) = sign(c)·layer_norm(x, eps/c²) for every c ≠ 0, bitwise for c = ±2**k on the CPU in float32/64.
@@ -81,9 +106,10 @@ def layer_norm_shift_invariance(impl, case):
     x = case.draw(norm_rows(max_offset=0.0), "x")  # rows centred, so x + c has a mean of c
     shift = case.draw(st.floats(-3, 3), "c (in units of each row's std)") * x.std(axis=-1, keepdims=True)  # (rows, 1)
     g, b = _plain(x.shape[-1])
-    call = f"layer_norm(x + c, ones, zeros, {EPS}) vs layer_norm(x, ones, zeros, {EPS})"
+    eps = layer_norm_eps(impl)
+    call = f"layer_norm(x + c, ones, zeros, {eps}) vs layer_norm(x, ones, zeros, {eps})"
     tol = impl.tolerance.scaled(8)  # x + c rounds with |c| up to 3σ
-    assert_close(_layer_norm(impl, x + shift, g, b, EPS, call), _layer_norm(impl, x, g, b, EPS, call), "layer_norm(x + c)", tol, call)
+    assert_close(_layer_norm(impl, x + shift, g, b, eps, call), _layer_norm(impl, x, g, b, eps, call), "layer_norm(x + c)", tol, call)
 
 
 @invariant(
@@ -95,9 +121,10 @@ def layer_norm_affine(impl, case):
     x = case.draw(norm_rows(), "x")
     g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
     ones, zeros = _plain(x.shape[-1])
-    call = f"layer_norm(x, g, b, {EPS}) vs g·layer_norm(x, ones, zeros, {EPS}) + b"
-    expected = impl.as_seen(g) * _layer_norm(impl, x, ones, zeros, EPS, call).astype(np.float64) + impl.as_seen(b)
-    assert_close(_layer_norm(impl, x, g, b, EPS, call), expected, "layer_norm(x, g, b)", impl.tolerance.scaled(4), call)
+    eps = layer_norm_eps(impl)
+    call = f"layer_norm(x, g, b, {eps}) vs g·layer_norm(x, ones, zeros, {eps}) + b"
+    expected = impl.as_seen(g) * _layer_norm(impl, x, ones, zeros, eps, call).astype(np.float64) + impl.as_seen(b)
+    assert_close(_layer_norm(impl, x, g, b, eps, call), expected, "layer_norm(x, g, b)", impl.tolerance.scaled(4), call)
 
 
 @invariant(
@@ -113,9 +140,10 @@ def layer_norm_rows_independent(impl, case):
     changed[row] = other[0]
     g, b = _plain(x.shape[-1])
     keep = np.arange(x.shape[0]) != row
-    call = f"layer_norm(x, ones, zeros, {EPS}) with row {row} replaced"
-    before = _layer_norm(impl, x, g, b, EPS, call)
-    after = _layer_norm(impl, changed, g, b, EPS, call)
+    eps = layer_norm_eps(impl)
+    call = f"layer_norm(x, ones, zeros, {eps}) with row {row} replaced"
+    before = _layer_norm(impl, x, g, b, eps, call)
+    after = _layer_norm(impl, changed, g, b, eps, call)
     assert_equal(after[keep], before[keep], f"layer_norm output rows other than {row}", call)
 
 
@@ -124,18 +152,23 @@ def layer_norm_rows_independent(impl, case):
     hint="unbiased variance (d - 1) gives (-1.162, -0.387, 0.387, 1.162); the population variance (d) gives (-1.342, -0.447, 0.447, 1.342)",
 )
 def layer_norm_known_values(impl, case):
-    """layer_norm(1, 2, 3, 4) = (-1.342, -0.447, 0.447, 1.342): the population variance, eps = 1e-5."""
+    """layer_norm(1, 2, 3, 4) = (-1.342, -0.447, 0.447, 1.342): the population variance, eps = 1e-5.
+
+    With LAYER_NORM_EPS declared, the expected values are computed at that eps.
+    """
     x = np.array([[1.0, 2.0, 3.0, 4.0]])
     g, b = _plain(4)
-    expected = (x - 2.5) / np.sqrt(1.25 + EPS)  # (-1.3416, -0.4472, 0.4472, 1.3416)
-    call = f"layer_norm([[1., 2., 3., 4.]], ones, zeros, {EPS})"
-    got = _layer_norm(impl, x, g, b, EPS, call)
+    eps = layer_norm_eps(impl)
+    expected = (x - 2.5) / np.sqrt(1.25 + eps)  # (-1.3416, -0.4472, 0.4472, 1.3416) at eps = 1e-5
+    call = f"layer_norm([[1., 2., 3., 4.]], ones, zeros, {eps})"
+    got = _layer_norm(impl, x, g, b, eps, call)
     assert_close(got, expected, "layer_norm([1, 2, 3, 4])", impl.tolerance.scaled(4), call)
 
 
 @invariant(
     requires=("rms_norm",),
     hint="eps is added outside the square root, or the mean (not the mean square) is used: rms(c·x) = sign(c)·rms_{ε/c²}(x) needs x/√(mean(x²) + ε)",
+    applies=_FIXED_RMS_EPS,
 )
 def rms_norm_scale_law(impl, case):
     """rms_norm(c·x, eps) = sign(c)·rms_norm(x, eps/c²) for every c ≠ 0 (so rms_norm is odd): bitwise for powers of two on the CPU."""
@@ -155,6 +188,7 @@ def rms_norm_scale_law(impl, case):
 @invariant(
     requires=("rms_norm", "layer_norm"),
     hint="rms_norm centres its input (that is layer_norm), or one of the two uses another variance or eps placement",
+    applies=_different_eps,
 )
 def rms_norm_of_centred_is_layer_norm(impl, case):
     """rms_norm(x - mean(x)) = layer_norm(x) row by row, with gain 1, bias 0 and the same eps."""
@@ -162,9 +196,10 @@ def rms_norm_of_centred_is_layer_norm(impl, case):
     g, b = _plain(x.shape[-1])
     seen = impl.as_seen(x)
     centred = seen - seen.mean(axis=-1, keepdims=True)
-    call = f"rms_norm(x - mean(x), ones, {EPS}) vs layer_norm(x, ones, zeros, {EPS})"
+    eps = _shared_eps(impl)
+    call = f"rms_norm(x - mean(x), ones, {eps}) vs layer_norm(x, ones, zeros, {eps})"
     tol = impl.tolerance.scaled(8)  # the centring is rounded by the caller, not inside the function
-    assert_close(_rms_norm(impl, centred, g, EPS, call), _layer_norm(impl, x, g, b, EPS, call), "rms_norm(x - mean(x))", tol, call)
+    assert_close(_rms_norm(impl, centred, g, eps, call), _layer_norm(impl, x, g, b, eps, call), "rms_norm(x - mean(x))", tol, call)
 
 
 @invariant(
@@ -172,12 +207,16 @@ def rms_norm_of_centred_is_layer_norm(impl, case):
     hint="a convention differs from GPT-2's LayerNorm: population variance, eps inside the square root, gain then bias",
 )
 def layer_norm_agrees_with_reference(impl, case):
-    """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
+    """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
+
+    Both at eps = 1e-5, or at the declared LAYER_NORM_EPS.
+    """
     x = case.draw(norm_rows(), "x")
     g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
-    call = f"layer_norm(x, g, b, {EPS})"
-    got = _layer_norm(impl, x, g, b, EPS, call)
-    assert_agrees_with_reference(impl, "layer_norm", (x, g, b, EPS), got, "layer_norm(x, g, b)", factor=4, call=call)
+    eps = layer_norm_eps(impl)
+    call = f"layer_norm(x, g, b, {eps})"
+    got = _layer_norm(impl, x, g, b, eps, call)
+    assert_agrees_with_reference(impl, "layer_norm", (x, g, b, eps), got, "layer_norm(x, g, b)", factor=4, call=call)
 
 
 @invariant(
@@ -185,9 +224,13 @@ def layer_norm_agrees_with_reference(impl, case):
     hint="a convention differs from RMSNorm's: divide by √(mean(x²) + ε), no centring, gain but no bias",
 )
 def rms_norm_agrees_with_reference(impl, case):
-    """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
+    """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
+
+    Both at eps = 1e-5, or at the declared RMS_NORM_EPS.
+    """
     x = case.draw(norm_rows(), "x")
     g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
-    call = f"rms_norm(x, g, {EPS})"
-    got = _rms_norm(impl, x, g, EPS, call)
-    assert_agrees_with_reference(impl, "rms_norm", (x, g, EPS), got, "rms_norm(x, g)", factor=4, call=call)
+    eps = rms_norm_eps(impl)
+    call = f"rms_norm(x, g, {eps})"
+    got = _rms_norm(impl, x, g, eps, call)
+    assert_agrees_with_reference(impl, "rms_norm", (x, g, eps), got, "rms_norm(x, g)", factor=4, call=call)

@@ -1,9 +1,13 @@
 """Reference transformer in numpy: every function of the implementation protocol, written to be read.
 
 Sources: Vaswani et al. 2017 (attention, the block), Radford et al. 2019 (GPT-2: pre-norm,
-tanh GELU, learned positions, tied output), Ba et al. 2016 (LayerNorm), Zhang & Sennrich 2019
-(RMSNorm), Fedus, Zoph & Shazeer 2021 (Switch: the balancing loss), Jiang et al. 2024
-(Mixtral: softmax over the kept top-k scores).
+tanh GELU, learned positions, tied output), Hendrycks & Gimpel 2016 (GELU, both forms), Ba et
+al. 2016 (LayerNorm), Zhang & Sennrich 2019 (RMSNorm), Fedus, Zoph & Shazeer 2021 (Switch: the
+balancing loss), Jiang et al. 2024 (Mixtral: softmax over the kept top-k scores).
+
+The protocol's functions are called positionally; the keyword-only options (gelu_form, eps) are
+the suite's: they let the reference follow an implementation's declared conventions
+(invariants/conventions.py), e.g. transformer_block(x, params, n_heads, causal, gelu_form="erf").
 
 Dimension letters, used in every shape comment:
     B batch, T sequence, d model width, H heads, D head width (d = H·D),
@@ -26,8 +30,8 @@ from reference.counts import (  # noqa: F401  (part of this module's protocol su
 from reference.text import build_vocab, decode, encode, get_batch  # noqa: F401
 
 __all__ = [
-    "BACKEND", "PROTOCOL_VERSION", "EPS",
-    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu",
+    "BACKEND", "PROTOCOL_VERSION", "GELU_FORM", "ATTENTION_BIASES", "EPS", "GELU_FORMS", "ATTENTION_BIAS_NAMES",
+    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu", "gelu_erf", "gelu_of",
     "attention", "feed_forward", "transformer_block", "gpt_logits", "gpt_param_count",
     "top_k_indices", "top_k_gates", "moe", "tokens_per_expert", "load_balancing_loss",
     "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
@@ -37,6 +41,12 @@ __all__ = [
 BACKEND = "numpy"
 PROTOCOL_VERSION = 1
 EPS = 1e-5  # keeps the norms finite when every value in a row is equal
+GELU_FORMS = ("tanh", "erf")  # GPT-2's tanh approximation (the default here), and the exact x·Φ(x)
+ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")  # the optional block params
+
+# Declared conventions (invariants/conventions.py): what the suite may assume of this implementation.
+GELU_FORM = "tanh"  # gelu(x) and everything built on it use the tanh form unless asked for another
+ATTENTION_BIASES = True  # transformer_block and gpt_logits read b_q, b_k, b_v, b_o when the params hold them
 
 # ---------------------------------------------------------------------------
 # Softmax and the loss
@@ -87,9 +97,24 @@ def rms_norm(x, gain, eps=EPS):
 
 
 def gelu(x):
-    """GELU, tanh approximation: the form GPT-2 and BERT use."""
+    """GELU, tanh approximation: the form GPT-2 and BERT use (gelu_erf is the exact x·Φ(x); they differ by < 4.73e-4)."""
     # math.sqrt gives a Python float: a numpy float64 scalar would promote float32 inputs to float64
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)  # numpy has no erf: math.erf elementwise, as an object array (cast back below)
+
+
+def gelu_erf(x):
+    """GELU, exact form x·Φ(x) = 0.5·x·(1 + erf(x/√2)): torch's nn.GELU() default."""
+    return 0.5 * x * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.result_type(x)))
+
+
+def gelu_of(form):
+    """The GELU of `form`: "tanh" (gelu, the default everywhere here) or "erf" (gelu_erf)."""
+    if form not in GELU_FORMS:
+        raise ValueError(f"gelu_form={form!r} is not one of {', '.join(GELU_FORMS)}")
+    return gelu if form == "tanh" else gelu_erf
 
 
 # ---------------------------------------------------------------------------
@@ -121,30 +146,27 @@ def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None
     return out, weights
 
 
-def feed_forward(x, W1, b1, W2, b2):
+def feed_forward(x, W1, b1, W2, b2, *, gelu_form="tanh"):
     """Position-wise network d -> F -> d with a GELU between: (..., d) -> (..., d)."""
-    return gelu(x @ W1 + b1) @ W2 + b2  # (..., d) x (d, F) -> (..., F) x (F, d) -> (..., d)
+    return gelu_of(gelu_form)(x @ W1 + b1) @ W2 + b2  # (..., d) x (d, F) -> (..., F) x (F, d) -> (..., d)
 
 
 # ---------------------------------------------------------------------------
 # The block and the model
 # ---------------------------------------------------------------------------
 
-ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
-
-
-def transformer_block(x, params, n_heads, causal=True):
+def transformer_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS):
     """Pre-norm block: x + Attn(LN(x)), then + FFN(LN(x)). (B, T, d) -> (B, T, d).
 
     `params` holds ln1_g, ln1_b, W_q, W_k, W_v, W_o, ln2_g, ln2_b, W1, b1, W2, b2,
     and optionally the attention biases b_q, b_k, b_v, b_o.
     """
     p = params
-    biases = {name: p[name] for name in ATTENTION_BIASES if name in p}
-    normed = layer_norm(x, p["ln1_g"], p["ln1_b"])
+    biases = {name: p[name] for name in ATTENTION_BIAS_NAMES if name in p}
+    normed = layer_norm(x, p["ln1_g"], p["ln1_b"], eps)
     attn_out, _ = attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
     x = x + attn_out  # residual: add a correction, never replace the signal
-    x = x + feed_forward(layer_norm(x, p["ln2_g"], p["ln2_b"]), p["W1"], p["b1"], p["W2"], p["b2"])
+    x = x + feed_forward(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
     return x
 
 
@@ -159,7 +181,7 @@ def check_token_ids(ids, vocab, max_len):
         raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
 
 
-def gpt_logits(ids, params, n_heads):
+def gpt_logits(ids, params, n_heads, *, gelu_form="tanh", eps=EPS):
     """Decoder-only language model, GPT-2 style: (B, T) token ids -> (B, T, V) next-token logits.
 
     `params` holds wte (V, d), wpe (max_len, d), blocks (a list of block params),
@@ -171,8 +193,8 @@ def gpt_logits(ids, params, n_heads):
     T = ids.shape[1]
     x = wte[ids] + wpe[:T]  # (B, T, d): what + where
     for block in params["blocks"]:
-        x = transformer_block(x, block, n_heads, causal=True)
-    h = layer_norm(x, params["lnf_g"], params["lnf_b"])  # (B, T, d)
+        x = transformer_block(x, block, n_heads, causal=True, gelu_form=gelu_form, eps=eps)
+    h = layer_norm(x, params["lnf_g"], params["lnf_b"], eps)  # (B, T, d)
     return h @ wte.T  # (B, T, d) x (d, V) -> (B, T, V)
 
 
@@ -196,7 +218,7 @@ def top_k_gates(router_logits, k):
     return gates
 
 
-def moe(x, router, experts, k):
+def moe(x, router, experts, k, *, gelu_form="tanh"):
     """Sparse mixture of experts: each token gets the gate-weighted sum of its top-k experts. (N, d) -> (N, d).
 
     `router` is (d, E); `experts` is a list of E feed-forward params (W1, b1, W2, b2).
@@ -206,7 +228,7 @@ def moe(x, router, experts, k):
     for e, expert in enumerate(experts):
         chosen = gates[:, e] > 0  # (N,): an expert runs only on the tokens routed to it
         if chosen.any():
-            out[chosen] += gates[chosen, e : e + 1] * feed_forward(x[chosen], **expert)
+            out[chosen] += gates[chosen, e : e + 1] * feed_forward(x[chosen], **expert, gelu_form=gelu_form)
     return out
 
 

@@ -22,12 +22,12 @@ from reference.counts import (  # noqa: F401  (part of this module's protocol su
     moe_n_params,
     training_flops,
 )
-from reference.numpy import ATTENTION_BIASES, EPS, check_token_ids
+from reference.numpy import ATTENTION_BIAS_NAMES, EPS, GELU_FORMS, check_token_ids
 from reference.text import build_vocab, decode, encode, get_batch  # noqa: F401
 
 __all__ = [
-    "BACKEND", "PROTOCOL_VERSION", "EPS",
-    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu",
+    "BACKEND", "PROTOCOL_VERSION", "GELU_FORM", "ATTENTION_BIASES", "EPS", "GELU_FORMS", "ATTENTION_BIAS_NAMES",
+    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu", "gelu_erf", "gelu_of",
     "attention", "feed_forward", "transformer_block", "gpt_logits", "gpt_param_count",
     "top_k_indices", "top_k_gates", "moe", "tokens_per_expert", "load_balancing_loss",
     "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
@@ -36,6 +36,8 @@ __all__ = [
 
 BACKEND = "torch"
 PROTOCOL_VERSION = 1
+GELU_FORM = "tanh"  # declared conventions, as in reference.numpy
+ATTENTION_BIASES = True
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -95,6 +97,18 @@ def gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
+def gelu_erf(x):
+    """GELU, exact form 0.5·x·(1 + erf(x/√2)) (nn.GELU()'s)."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu_of(form):
+    """The GELU of `form`: "tanh" (gelu) or "erf" (gelu_erf)."""
+    if form not in GELU_FORMS:
+        raise ValueError(f"gelu_form={form!r} is not one of {', '.join(GELU_FORMS)}")
+    return gelu if form == "tanh" else gelu_erf
+
+
 def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None, b_v=None, b_o=None):
     """Multi-head self-attention: (B, T, d) -> (B, T, d) and weights (B, H, T, T)."""
     B, T, d = x.shape
@@ -116,31 +130,31 @@ def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None
     return out, weights
 
 
-def feed_forward(x, W1, b1, W2, b2):
+def feed_forward(x, W1, b1, W2, b2, *, gelu_form="tanh"):
     """Position-wise d -> F -> d with a GELU between: (..., d) -> (..., d)."""
-    return gelu(x @ W1 + b1) @ W2 + b2
+    return gelu_of(gelu_form)(x @ W1 + b1) @ W2 + b2
 
 
-def transformer_block(x, params, n_heads, causal=True):
+def transformer_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS):
     """Pre-norm block: x + Attn(LN(x)), then + FFN(LN(x)). (B, T, d) -> (B, T, d)."""
     p = params
-    biases = {name: p[name] for name in ATTENTION_BIASES if name in p}
-    normed = layer_norm(x, p["ln1_g"], p["ln1_b"])
+    biases = {name: p[name] for name in ATTENTION_BIAS_NAMES if name in p}
+    normed = layer_norm(x, p["ln1_g"], p["ln1_b"], eps)
     attn_out, _ = attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
     x = x + attn_out
-    x = x + feed_forward(layer_norm(x, p["ln2_g"], p["ln2_b"]), p["W1"], p["b1"], p["W2"], p["b2"])
+    x = x + feed_forward(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
     return x
 
 
-def gpt_logits(ids, params, n_heads):
+def gpt_logits(ids, params, n_heads, *, gelu_form="tanh", eps=EPS):
     """(B, T) token ids -> (B, T, V) logits; positions are learned, the output is the tied token table."""
     wte, wpe = params["wte"], params["wpe"]
     check_token_ids(ids, vocab=wte.shape[0], max_len=wpe.shape[0])
     T = ids.shape[1]
     x = wte[ids] + wpe[:T]  # (B, T, d)
     for block in params["blocks"]:
-        x = transformer_block(x, block, n_heads, causal=True)
-    h = layer_norm(x, params["lnf_g"], params["lnf_b"])  # (B, T, d)
+        x = transformer_block(x, block, n_heads, causal=True, gelu_form=gelu_form, eps=eps)
+    h = layer_norm(x, params["lnf_g"], params["lnf_b"], eps)  # (B, T, d)
     return h @ wte.T  # (B, T, V)
 
 
@@ -156,14 +170,14 @@ def top_k_gates(router_logits, k):
     return torch.zeros_like(router_logits).scatter(-1, top, softmax(kept))
 
 
-def moe(x, router, experts, k):
+def moe(x, router, experts, k, *, gelu_form="tanh"):
     """Sparse mixture of experts: (N, d) -> (N, d), each token mixing its top-k experts' outputs."""
     gates = top_k_gates(x @ router, k)  # (N, E)
     out = torch.zeros_like(x)
     for e, expert in enumerate(experts):
         chosen = gates[:, e] > 0  # (N,)
         if chosen.any():
-            out[chosen] += gates[chosen, e : e + 1] * feed_forward(x[chosen], **expert)
+            out[chosen] += gates[chosen, e : e + 1] * feed_forward(x[chosen], **expert, gelu_form=gelu_form)
     return out
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from strategies._validation import InvalidArgument, check_int, check_int_range
 from strategies.core import seeds
 
-ATTENTION_BIASES = ("b_q", "b_k", "b_v", "b_o")
+ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")
 BIAS_STD = 0.2  # biases and norm shifts: small next to the unit-size activations, large enough to matter
 
 
@@ -55,7 +55,7 @@ def init_block_params(d_model, seed, *, d_ff=None, attn_bias=False):
         "W2": matrix(F, d), "b2": bias(d),  # (F, d), (d,)
     }
     if attn_bias:
-        params.update({name: bias(d) for name in ATTENTION_BIASES})  # (d,) each
+        params.update({name: bias(d) for name in ATTENTION_BIAS_NAMES})  # (d,) each
     return params
 
 
@@ -74,7 +74,7 @@ def block_params(d_model, *, d_ff=None, attn_bias=None):
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """A GPT-2-shaped model: vocabulary V, positions max_len, L blocks of H heads of width D; d_model = H·D, d_ff = 4·d_model."""
+    """A GPT-2-shaped model: vocabulary V, positions max_len, L blocks of H heads of width D; d_model = H·D, d_ff = ff_ratio·d_model."""
 
     vocab: int
     max_len: int
@@ -82,10 +82,15 @@ class GPTConfig:
     n_heads: int
     d_head: int
     attn_bias: bool
+    ff_ratio: int = 4  # GPT-2's feed-forward width is 4·d_model
 
     @property
     def d_model(self):
         return self.n_heads * self.d_head
+
+    @property
+    def d_ff(self):
+        return self.ff_ratio * self.d_model
 
 
 def gpt_configs(
@@ -96,11 +101,13 @@ def gpt_configs(
     min_heads=1, max_heads=3,
     min_d_head=1, max_d_head=6,
     attn_bias=None,
+    ff_ratio=4,
 ):
     """GPTConfig with every field in its [min, max] range; d_model = n_heads·d_head, valid by construction.
 
-    attn_bias=None draws models with and without attention biases. Shrinks towards the edge
-    cases: the smallest vocabulary, max_len 1, one head of width 1 (d_model 1).
+    attn_bias=None draws models with and without attention biases. ff_ratio fixes the blocks'
+    feed-forward width d_ff = ff_ratio·d_model (GPT-2's 4). Shrinks towards the edge cases: the
+    smallest vocabulary, max_len 1, one head of width 1 (d_model 1).
     """
     check_int_range("vocab", min_vocab, max_vocab, low=1)
     check_int_range("max_len", min_max_len, max_max_len, low=1)
@@ -108,6 +115,7 @@ def gpt_configs(
     check_int_range("heads", min_heads, max_heads, low=1)
     check_int_range("d_head", min_d_head, max_d_head, low=1)
     _check_bias_choice(attn_bias)
+    check_int("ff_ratio", ff_ratio, low=1)
     return st.builds(
         GPTConfig,
         vocab=st.integers(min_vocab, max_vocab),
@@ -116,13 +124,14 @@ def gpt_configs(
         n_heads=st.integers(min_heads, max_heads),
         d_head=st.integers(min_d_head, max_d_head),
         attn_bias=_bias_choices(attn_bias),
+        ff_ratio=st.just(ff_ratio),
     )
 
 
 def init_gpt_params(config, seed, *, embedding_std=1.0):
     """A model's params from `seed`: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b (d,).
 
-    Embedding tables are N(0, embedding_std²); each block comes from init_block_params.
+    Embedding tables are N(0, embedding_std²); each block comes from init_block_params, of width config.d_ff.
     """
     if not isinstance(config, GPTConfig):
         raise InvalidArgument(f"config={config!r} must be a GPTConfig")
@@ -132,7 +141,7 @@ def init_gpt_params(config, seed, *, embedding_std=1.0):
     return {
         "wte": embedding_std * rng.standard_normal((config.vocab, d)),  # (V, d)
         "wpe": embedding_std * rng.standard_normal((config.max_len, d)),  # (max_len, d)
-        "blocks": [init_block_params(d, int(s), attn_bias=config.attn_bias) for s in block_seeds],
+        "blocks": [init_block_params(d, int(s), d_ff=config.d_ff, attn_bias=config.attn_bias) for s in block_seeds],
         "lnf_g": rng.uniform(0.5, 1.5, d),  # (d,)
         "lnf_b": BIAS_STD * rng.standard_normal(d),  # (d,)
     }

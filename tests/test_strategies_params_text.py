@@ -7,7 +7,7 @@ from hypothesis import Phase, find, given, settings
 import reference.numpy as ref
 from strategies._validation import InvalidArgument
 from strategies.params import (
-    ATTENTION_BIASES,
+    ATTENTION_BIAS_NAMES,
     GPTConfig,
     block_params,
     gpt_configs,
@@ -33,6 +33,8 @@ BAD_ARGUMENTS = [  # (strategy, args, kwargs, what the message must contain)
     (gpt_configs, (), {"min_heads": 3, "max_heads": 2}, "min_heads=3 is larger than max_heads=2"),
     (gpt_configs, (), {"max_d_head": 0}, "max_d_head=0 must be at least 1"),
     (gpt_configs, (), {"attn_bias": "both"}, "attn_bias='both' must be True, False or None"),
+    (gpt_configs, (), {"ff_ratio": 0}, "ff_ratio=0 must be at least 1"),
+    (gpt_configs, (), {"ff_ratio": 2.5}, "ff_ratio=2.5 must be an int"),
     (gpt_params, ("config",), {}, "config='config' must be a GPTConfig"),
     (token_ids, (0,), {}, "vocab=0 must be at least 1"),
     (token_ids, (5,), {"min_batch": 0}, "min_batch=0 must be at least 1"),
@@ -66,8 +68,8 @@ def test_block_params_have_the_protocol_keys_and_shapes():
 
 
 def test_block_params_draw_both_with_and_without_attention_biases():
-    find(block_params(4), lambda p: set(ATTENTION_BIASES) <= p.keys(), settings=FIND)
-    find(block_params(4), lambda p: not set(ATTENTION_BIASES) & p.keys(), settings=FIND)
+    find(block_params(4), lambda p: set(ATTENTION_BIAS_NAMES) <= p.keys(), settings=FIND)
+    find(block_params(4), lambda p: not set(ATTENTION_BIAS_NAMES) & p.keys(), settings=FIND)
 
 
 def test_gpt_params_are_reproducible_from_the_seed_and_sized_like_the_count():
@@ -98,6 +100,14 @@ def test_gpt_params_match_their_config(drawn):
     config, params = drawn
     assert params["wte"].shape == (config.vocab, config.d_model) and params["wpe"].shape == (config.max_len, config.d_model)
     assert len(params["blocks"]) == config.n_layers
+    assert all(block["W1"].shape == (config.d_model, 4 * config.d_model) for block in params["blocks"])  # GPT-2's width
+
+
+@given(gpt_configs(min_layers=1, ff_ratio=2).flatmap(gpt_params))
+@settings(max_examples=20, database=None)
+def test_gpt_params_take_the_configs_feed_forward_ratio(params):
+    d = params["wte"].shape[1]
+    assert all(block["W1"].shape == (d, 2 * d) and block["W2"].shape == (2 * d, d) for block in params["blocks"])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,350 @@
+"""Declared conventions: each one changes what it says (the reference, the draws, the invariants that run), its skips
+are Declared, a bad value is refused at load time, and a wrong declaration fails loudly."""
+
+import dataclasses
+import re
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the example implementations wrap reference.torch")
+
+import reference.torch as rt  # noqa: E402
+from invariants import REGISTRY, Implementation, all_invariants, run_invariant  # noqa: E402
+from invariants import runner as _runner  # noqa: E402
+from invariants.conventions import CONVENTIONS, Declared, declared  # noqa: E402
+from invariants.profiles import profile_settings  # noqa: E402
+from invariants.protocol import ImplementationLoadError  # noqa: E402
+
+all_invariants()
+CI = profile_settings("ci")
+BIASES = ("b_q", "b_k", "b_v", "b_o")
+
+
+def _status(inv_name, impl, inv=None):
+    """(status, report) of one invariant on impl at the ci profile, through either runner API (an Outcome, or exceptions)."""
+    failure = getattr(_runner, "InvariantFailure", ())
+    try:
+        result = run_invariant(inv or REGISTRY[inv_name], impl, settings=CI)
+    except _runner.InvariantSkipped as skipped:
+        return "skipped", str(skipped)
+    except failure as failed:
+        return "failed", str(failed)
+    if hasattr(result, "status"):
+        return result.status, result.report or result.reason
+    return "passed", ""
+
+
+def _impl(label, dtype="float64", **members):
+    """A torch implementation made of `members` (protocol functions and declared constants)."""
+    return Implementation(SimpleNamespace(BACKEND="torch", **members), label=label, backend="torch", dtype=dtype)
+
+
+def _names(*components):
+    return [name for name, inv in REGISTRY.items() if inv.component in components]
+
+
+def assert_declared_skip(name, impl, convention):
+    reason = REGISTRY[name].skip_reason(impl)
+    assert isinstance(reason, Declared), (name, reason)
+    assert f"declares {convention} = " in reason, reason
+    status, report = _status(name, impl)
+    assert status == "skipped" and convention in report, report
+
+
+def assert_passes(names, impl, *, skipped=()):
+    """Every invariant in `names` passes on impl, except those in `skipped`, which are skipped with a Declared reason."""
+    for name in names:
+        status, report = _status(name, impl)
+        if name in skipped:
+            assert status == "skipped" and isinstance(REGISTRY[name].skip_reason(impl), Declared), (name, report)
+        else:
+            assert status == "passed", f"{name}: {report}"
+
+
+# -- the table ------------------------------------------------------------------------------------------------
+
+
+def test_every_convention_says_what_it_changes_and_its_default_is_allowed():
+    for name, convention in CONVENTIONS.items():
+        assert convention.name == name
+        assert convention.changes and convention.changes.count(". ") == 0, name  # one sentence
+        assert convention.default is None or convention.problem(convention.default) is None, name
+
+
+BAD = [
+    ("GELU_FORM", "exact", "GELU_FORM = 'exact' is not allowed: expected 'tanh' or 'erf'"),
+    ("ATTENTION_BIASES", 1, "ATTENTION_BIASES = 1 is not allowed: expected True or False"),
+    ("CAUSAL_ONLY", "yes", "CAUSAL_ONLY = 'yes' is not allowed: expected True or False"),
+    ("ATTENTION_WEIGHTS", None, "ATTENTION_WEIGHTS = None is not allowed: expected True or False"),
+    ("LAYER_NORM_EPS", 0.0, "LAYER_NORM_EPS = 0.0 is not allowed: expected float > 0"),
+    ("LAYER_NORM_EPS", 1, "LAYER_NORM_EPS = 1 is not allowed: expected float"),
+    ("RMS_NORM_EPS", -1e-6, "RMS_NORM_EPS = -1e-06 is not allowed: expected float > 0"),
+    ("FEED_FORWARD_RATIO", 0, "FEED_FORWARD_RATIO = 0 is not allowed: expected int >= 1"),
+    ("FEED_FORWARD_RATIO", True, "FEED_FORWARD_RATIO = True is not allowed: expected int"),
+    ("FEED_FORWARD_RATIO", 4.0, "FEED_FORWARD_RATIO = 4.0 is not allowed: expected int"),
+    ("TOP_K_TIES", "lower_index", "TOP_K_TIES = 'lower_index' is not allowed: expected 'lower' or 'any'"),
+]
+
+
+@pytest.mark.parametrize("name, value, message", BAD, ids=lambda v: repr(v))
+def test_a_bad_declaration_is_refused_when_the_implementation_loads(name, value, message):
+    assert CONVENTIONS[name].problem(value) == message
+    with pytest.raises(ImplementationLoadError, match="^" + re.escape(f"bad: {message}")):
+        _impl("bad", gelu=rt.gelu, **{name: value})
+
+
+def test_the_references_declarations_skip_nothing():
+    impl = Implementation(rt, label="reference.torch", backend="torch")
+    assert impl.declarations == {"GELU_FORM": "tanh", "ATTENTION_BIASES": True}
+    assert not [name for name, inv in REGISTRY.items() if isinstance(inv.skip_reason(impl), Declared)]
+
+
+# -- GELU_FORM ------------------------------------------------------------------------------------------------
+
+
+def erf_members():
+    def feed_forward(x, W1, b1, W2, b2):
+        return rt.feed_forward(x, W1, b1, W2, b2, gelu_form="erf")
+
+    def transformer_block(x, params, n_heads, causal):
+        return rt.transformer_block(x, params, n_heads, causal, gelu_form="erf")
+
+    def gpt_logits(ids, params, n_heads):
+        return rt.gpt_logits(ids, params, n_heads, gelu_form="erf")
+
+    def moe(x, router, experts, k):
+        return rt.moe(x, router, experts, k, gelu_form="erf")
+
+    return dict(gelu=rt.gelu_erf, feed_forward=feed_forward, transformer_block=transformer_block, gpt_logits=gpt_logits, moe=moe)
+
+
+GELU_CHECKS = ["activation.gelu_agrees_with_reference", "feed_forward.feed_forward_agrees_with_reference",
+               "block.agrees_with_reference", "model.agrees_with_reference", "moe.moe_agrees_with_reference"]
+
+
+@pytest.mark.parametrize("name", GELU_CHECKS)
+def test_gelu_form_erf_declared_for_erf_code_passes(name):
+    status, report = _status(name, _impl("erf code", GELU_FORM="erf", **erf_members()))
+    assert status == "passed", report
+
+
+@pytest.mark.parametrize("name", GELU_CHECKS)
+def test_a_wrong_gelu_form_declaration_fails_loudly(name):
+    impl = _impl("tanh code", GELU_FORM="erf", gelu=rt.gelu, feed_forward=rt.feed_forward, transformer_block=rt.transformer_block,
+                 gpt_logits=rt.gpt_logits, moe=rt.moe)
+    status, report = _status(name, impl)
+    assert status == "failed", report
+    assert "GELU_FORM = 'erf'" in report
+    if name.startswith(("activation", "block")):  # the values show the other form
+        assert "it agrees with the tanh form instead: is GELU_FORM declared wrongly?" in report, report
+
+
+def test_a_gelu_form_declaration_is_held_to_even_without_gelu_itself():
+    block = erf_members()["transformer_block"]
+    status, report = _status("block.agrees_with_reference", _impl("erf block", GELU_FORM="tanh", transformer_block=block))
+    assert status == "failed" and "GELU_FORM = 'tanh'" in report, report
+
+
+# -- ATTENTION_BIASES -----------------------------------------------------------------------------------------
+
+
+def strict_block(x, params, n_heads, causal):
+    """A block that cannot take attention biases at all: it refuses params that hold them."""
+    if any(name in params for name in BIASES):
+        raise ValueError("this block has no attention biases")
+    return rt.transformer_block(x, params, n_heads, causal)
+
+
+def strict_gpt(ids, params, n_heads):
+    for block in params["blocks"]:
+        if any(name in block for name in BIASES):
+            raise ValueError("this model has no attention biases")
+    return rt.gpt_logits(ids, params, n_heads)
+
+
+def test_undeclared_attention_biases_are_never_drawn():
+    impl = _impl("bias-free", transformer_block=strict_block, gpt_logits=strict_gpt, attention=rt.attention, feed_forward=rt.feed_forward,
+                 layer_norm=rt.layer_norm)
+    assert_passes(_names("block", "model"), impl)
+
+
+@pytest.mark.parametrize("name", ["block.agrees_with_reference", "model.agrees_with_reference"])
+def test_declared_attention_biases_are_drawn(name):
+    impl = _impl("declares biases", ATTENTION_BIASES=True, transformer_block=strict_block, gpt_logits=strict_gpt)
+    status, report = _status(name, impl)
+    assert status == "error" and "this " in report and "has no attention biases" in report, report
+    assert _status(name, _impl("declares none", ATTENTION_BIASES=False, transformer_block=strict_block, gpt_logits=strict_gpt))[0] == "passed"
+
+
+# -- CAUSAL_ONLY ----------------------------------------------------------------------------------------------
+
+
+def decoder_attention(x, W_q, W_k, W_v, W_o, n_heads, causal):
+    if not causal:
+        raise NotImplementedError("decoder only: causal=False is not supported")
+    return rt.attention(x, W_q, W_k, W_v, W_o, n_heads, causal)
+
+
+def decoder_block(x, params, n_heads, causal):
+    if not causal:
+        raise NotImplementedError("decoder only: causal=False is not supported")
+    return rt.transformer_block(x, params, n_heads, causal)
+
+
+ENCODER_MODE = ("attention.last_position_mask_free", "attention.permutation_equivariance", "block.permutation_equivariant")
+
+
+def test_causal_only_skips_encoder_mode_and_runs_the_rest_causal():
+    impl = _impl("decoder only", CAUSAL_ONLY=True, attention=decoder_attention, transformer_block=decoder_block, layer_norm=rt.layer_norm,
+                 feed_forward=rt.feed_forward)
+    for name in ENCODER_MODE:
+        assert_declared_skip(name, impl, "CAUSAL_ONLY")
+    assert_passes(_names("attention", "block"), impl, skipped=ENCODER_MODE)
+
+
+def test_without_the_declaration_a_decoder_only_attention_is_called_in_encoder_mode():
+    status, report = _status("attention.permutation_equivariance", _impl("decoder only", attention=decoder_attention))
+    assert status == "error" and "causal=False is not supported" in report, report
+
+
+# -- ATTENTION_WEIGHTS ----------------------------------------------------------------------------------------
+
+
+def sdpa_style(x, W_q, W_k, W_v, W_o, n_heads, causal):
+    """Attention that returns its output alone (as F.scaled_dot_product_attention does)."""
+    return rt.attention(x, W_q, W_k, W_v, W_o, n_heads, causal)[0]
+
+
+def unscaled_sdpa_style(x, W_q, W_k, W_v, W_o, n_heads, causal):
+    """The same with the scores not scaled by 1/√D (a bug): W_q·√D undoes the scale."""
+    return sdpa_style(x, W_q * (x.shape[-1] // n_heads) ** 0.5, W_k, W_v, W_o, n_heads, causal)
+
+
+WEIGHT_CHECKS = ("attention.causal_weights_pattern", "attention.weights_are_distributions")
+
+
+def test_attention_without_weights_skips_the_weight_invariants_and_checks_the_output():
+    impl = _impl("SDPA-style", ATTENTION_WEIGHTS=False, attention=sdpa_style, transformer_block=rt.transformer_block, layer_norm=rt.layer_norm)
+    for name in WEIGHT_CHECKS:
+        assert_declared_skip(name, impl, "ATTENTION_WEIGHTS")
+    assert_passes([*_names("attention"), "block.attention_sublayer_alone"], impl, skipped=WEIGHT_CHECKS)
+
+
+def test_attention_without_weights_is_still_checked():
+    impl = _impl("unscaled SDPA-style", ATTENTION_WEIGHTS=False, attention=unscaled_sdpa_style)
+    status, report = _status("attention.agrees_with_reference", impl)
+    assert status == "failed" and "attention output" in report, report
+
+
+def test_attention_that_declares_no_weights_must_answer_its_output_alone():
+    impl = _impl("says no weights, returns them", ATTENTION_WEIGHTS=False, attention=rt.attention)
+    status, report = _status("attention.zero_output_projection", impl)
+    assert status == "failed" and "out alone, as ATTENTION_WEIGHTS = False declares" in report, report
+    status, report = _status("attention.zero_output_projection", _impl("returns no weights", attention=sdpa_style))
+    assert status == "failed" and "(out, weights)" in report, report  # without the declaration, weights are part of the answer
+
+
+# -- LAYER_NORM_EPS and RMS_NORM_EPS --------------------------------------------------------------------------
+
+
+def fixed_eps_members(eps=1e-6):
+    """Norms built with a fixed eps (as nn.LayerNorm(d, eps=1e-6) is), and the block and model that use it."""
+
+    def layer_norm(x, gain, bias, _eps):
+        return rt.layer_norm(x, gain, bias, eps)
+
+    def rms_norm(x, gain, _eps):
+        return rt.rms_norm(x, gain, eps)
+
+    def transformer_block(x, params, n_heads, causal):
+        return rt.transformer_block(x, params, n_heads, causal, eps=eps)
+
+    def gpt_logits(ids, params, n_heads):
+        return rt.gpt_logits(ids, params, n_heads, eps=eps)
+
+    return dict(layer_norm=layer_norm, rms_norm=rms_norm, transformer_block=transformer_block, gpt_logits=gpt_logits,
+                attention=rt.attention, feed_forward=rt.feed_forward)
+
+
+EPS_LAWS = ("norms.layer_norm_scale_law", "norms.rms_norm_scale_law")
+
+
+def test_a_fixed_norm_eps_skips_the_scale_laws_and_is_used_everywhere_else():
+    impl = _impl("eps 1e-6", LAYER_NORM_EPS=1e-6, RMS_NORM_EPS=1e-6, **fixed_eps_members())
+    assert_declared_skip("norms.layer_norm_scale_law", impl, "LAYER_NORM_EPS")
+    assert_declared_skip("norms.rms_norm_scale_law", impl, "RMS_NORM_EPS")
+    assert_passes(_names("norms", "block", "model"), impl, skipped=EPS_LAWS)
+
+
+def test_the_scale_law_is_skipped_because_it_would_be_checked_wrongly():
+    impl = _impl("eps 1e-6", LAYER_NORM_EPS=1e-6, **fixed_eps_members())
+    unguarded = dataclasses.replace(REGISTRY["norms.layer_norm_scale_law"], applies=None)
+    assert _status(unguarded.name, impl, inv=unguarded)[0] == "failed"  # the law needs eps/c², which a fixed eps never takes
+
+
+@pytest.mark.parametrize("name", ["norms.layer_norm_agrees_with_reference", "block.agrees_with_reference", "model.agrees_with_reference"])
+def test_an_undeclared_or_wrong_eps_fails(name):
+    assert _status(name, _impl("eps 1e-6, undeclared", **fixed_eps_members()))[0] == "failed"
+    assert _status(name, _impl("eps 1e-5, declared 1e-6", LAYER_NORM_EPS=1e-6, **fixed_eps_members(1e-5)))[0] == "failed"
+
+
+def test_centred_rms_norm_is_layer_norm_needs_one_eps_for_both():
+    both = _impl("two eps", LAYER_NORM_EPS=1e-5, RMS_NORM_EPS=1e-6, layer_norm=rt.layer_norm, rms_norm=fixed_eps_members()["rms_norm"])
+    assert_declared_skip("norms.rms_norm_of_centred_is_layer_norm", both, "LAYER_NORM_EPS")
+    one = _impl("rms eps 1e-6", RMS_NORM_EPS=1e-6, layer_norm=rt.layer_norm, rms_norm=fixed_eps_members()["rms_norm"])
+    assert _status("norms.rms_norm_of_centred_is_layer_norm", one)[0] == "passed"  # layer_norm takes the eps it is passed
+
+
+# -- FEED_FORWARD_RATIO ---------------------------------------------------------------------------------------
+
+
+def _check_width(W1, ratio=2):
+    if W1.shape[1] != ratio * W1.shape[0]:
+        raise ValueError(f"this network is built for d_ff = {ratio}·d_model, got W1 {tuple(W1.shape)}")
+
+
+def width_2_members():
+    def feed_forward(x, W1, b1, W2, b2):
+        _check_width(W1)
+        return rt.feed_forward(x, W1, b1, W2, b2)
+
+    def transformer_block(x, params, n_heads, causal):
+        _check_width(params["W1"])
+        return rt.transformer_block(x, params, n_heads, causal)
+
+    def gpt_logits(ids, params, n_heads):
+        for block in params["blocks"]:
+            _check_width(block["W1"])
+        return rt.gpt_logits(ids, params, n_heads)
+
+    def moe(x, router, experts, k):
+        for expert in experts:
+            _check_width(expert["W1"])
+        return rt.moe(x, router, experts, k)
+
+    return dict(feed_forward=feed_forward, transformer_block=transformer_block, gpt_logits=gpt_logits, moe=moe,
+                attention=rt.attention, layer_norm=rt.layer_norm)
+
+
+def test_a_fixed_feed_forward_width_is_all_that_is_drawn():
+    impl = _impl("d_ff = 2d", FEED_FORWARD_RATIO=2, **width_2_members())
+    names = [*_names("feed_forward", "block", "model"), "moe.moe_dense_when_k_equals_n", "moe.moe_top_1_is_chosen_expert",
+             "moe.moe_token_permutation_equivariance", "moe.moe_agrees_with_reference"]
+    assert_passes(names, impl)
+
+
+@pytest.mark.parametrize("name", ["feed_forward.feed_forward_agrees_with_reference", "block.agrees_with_reference", "moe.moe_agrees_with_reference"])
+def test_without_the_declaration_other_widths_are_drawn(name):
+    status, report = _status(name, _impl("d_ff = 2d, undeclared", **width_2_members()))
+    assert status == "error" and "built for d_ff = 2·d_model" in report, report
+
+
+# -- TOP_K_TIES -----------------------------------------------------------------------------------------------
+
+
+def test_no_tie_rule_skips_the_tie_invariant_with_a_declared_reason():
+    impl = _impl("no tie rule", TOP_K_TIES="any", top_k_gates=rt.top_k_gates)
+    assert declared(impl, "TOP_K_TIES") == "any"
+    assert_declared_skip("moe.top_k_gates_tie_rule", impl, "TOP_K_TIES")
+    assert _status("moe.top_k_gates_agrees_with_reference", impl)[0] == "passed"
