@@ -6,6 +6,7 @@ Options (each also an environment variable; the command line wins):
     --impl-device NAME      TI_DEVICE    cpu | cuda | cuda:N (default cpu)
     --impl-dtype NAME       TI_DTYPE     float64 | float32 | float16 | bfloat16 (default float64)
     --invariants-profile    TI_PROFILE   dev | ci | thorough (default dev; invariants.profiles)
+    --repro-dir DIR         TI_REPRO_DIR a runnable repro_<invariant>.py per failure (default: none)
 
 A guest in other projects' runs (registered through the `pytest11` entry point): it imports
 nothing heavy, loads no hypothesis profile and prints nothing unless the invariants run. Its
@@ -28,6 +29,7 @@ OPTIONS = (  # (flag, environment variable, default, help)
     ("--impl-device", "TI_DEVICE", "cpu", "device for a torch implementation: cpu, cuda or cuda:N"),
     ("--impl-dtype", "TI_DTYPE", "float64", "floating dtype of the inputs (float64 | float32 | float16 | bfloat16)"),
     ("--invariants-profile", "TI_PROFILE", "dev", "hypothesis settings for the invariants: dev | ci | thorough"),
+    ("--repro-dir", "TI_REPRO_DIR", None, "write a runnable repro_<invariant>.py (plain python, no hypothesis) for each failure into this folder"),
 )
 
 
@@ -163,6 +165,39 @@ def pytest_terminal_summary(terminalreporter):
     if counts:
         parts.append(f"{_plural(sum(counts), 'example')} run (fewest {min(counts):,}, most {max(counts):,} per invariant)")
     terminalreporter.write_line("transformer-invariants: " + ", ".join(parts))
+    for line in _diagnosis_lines(runs):
+        terminalreporter.write_line(line)
+
+
+def _diagnosis_lines(runs):
+    """The likely bug, from the pattern of failures and passes (invariants.diagnosis), and NaN or inf named once."""
+    if not any("failure" in r for r in runs):
+        return []
+    from invariants.diagnosis import diagnose, non_finite_first, root_failures
+    from invariants.registry import all_invariants
+
+    hints = {inv.name: inv.hint for inv in all_invariants()}  # in registry order: root components first
+    order = {name: i for i, name in enumerate(hints)}
+    failures = sorted(((r["invariant"], r["failure"]) for r in runs if "failure" in r), key=lambda f: order.get(f[0], len(order)))
+    held = {r["invariant"] for r in runs if r["invariant_status"] == "passed"}
+    failed = {name for name, _ in failures}
+    lines = []
+    non_finite = non_finite_first(failures)
+    if non_finite:
+        first, reason = non_finite[0]
+        lines.append(f"  non-finite answers (NaN or inf) in {len(non_finite)} failure(s), first in {first}: {reason}")
+    ranked = diagnose(failed, held)
+    if ranked:
+        top = ranked[0]
+        downstream = len(failed) - len(root_failures(failed))
+        lines.append(f"  likely bug: {top.invariant}: {hints.get(top.invariant, '')}")
+        lines.append(f"    evidence: {len(top.explained)} of the other {len(failed) - 1} failures go with it in the zoo's signatures"
+                     + (f"; {downstream} failure(s) are in components built on a failing one" if downstream else ""))
+        if top.resembles:
+            lines.append("    resembles: " + "; ".join(f"{name} ({bug})" for name, bug in top.resembles))
+        if len(ranked) > 1:
+            lines.append("    next most likely: " + ", ".join(d.invariant for d in ranked[1:3]))
+    return lines
 
 
 @pytest.fixture(scope="session")
@@ -185,16 +220,24 @@ def invariant_settings(request):
     return chosen.settings
 
 
+@pytest.fixture(scope="session")
+def repro_dir(request):
+    """The folder for repro scripts (--repro-dir), or None."""
+    return _option(request.config, "--repro-dir")
+
+
 @pytest.fixture
 def record_outcome(request):
     """record_outcome(outcome): its status and example counts as user properties (the summary line and JUnit XML read them)."""
 
     def record(outcome):
-        properties = [("invariant_status", outcome.status), ("examples", outcome.examples)]
+        properties = [("invariant", outcome.invariant), ("invariant_status", outcome.status), ("examples", outcome.examples)]
         if outcome.examples_to_failure is not None:
             properties.append(("examples_to_failure", outcome.examples_to_failure))
         if outcome.declared:
             properties.append(("declared", True))
+        if outcome.status in ("failed", "error") and not outcome.check_crashed:
+            properties.append(("failure", outcome.reason))
         request.node.user_properties.extend(properties)
 
     return record

@@ -179,6 +179,7 @@ class Implementation:
         self.functions = self.transport.functions  # the protocol functions it provides (names)
         self.declarations = self.transport.declarations  # {convention: value} (invariants.conventions)
         self.in_process = self.transport.in_process
+        self.calls = None  # a list to record (name, args, answer) into, while the runner asks for it (repro scripts)
 
     @classmethod
     def from_functions(cls, *, backend, device="cpu", dtype="float64", label="functions", **functions):
@@ -236,7 +237,16 @@ class Implementation:
         """Call protocol function `name` with numpy arguments; the answer comes back as numpy."""
         if name not in self.functions:
             raise AttributeError(f"{self.label} does not provide {name}")
-        return self.transport.call(name, rounded(args, self.dtype))
+        args = rounded(args, self.dtype)
+        if self.calls is None:
+            return self.transport.call(name, args)
+        try:
+            answer = self.transport.call(name, args)
+        except (ImplementationError, OutputError) as exc:
+            self.calls.append((name, args, exc))
+            raise
+        self.calls.append((name, args, answer))
+        return answer
 
     def __getattr__(self, name):
         if name in FUNCTIONS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 import unittest
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,7 @@ class Outcome:
     report: str = ""  # the whole failure, worded once: statement, implementation, example, problem, hint, replay line
     declared: bool = False  # skipped because of a convention the implementation declares
     lost: str | None = None  # the transport's cause when the implementation could no longer be reached
+    calls: tuple = field(default=(), repr=False)  # ((name, args, answer or exception), ...): what the failing example asked and got
     check_crashed: bool = False  # an error raised by the check's own code or hypothesis, not by the implementation
 
     @property
@@ -69,6 +70,7 @@ class Case:
     def __init__(self, draw):
         self._draw = draw
         self.drawn = {}
+        self.calls = []  # (name, args, answer or exception) for each call into the implementation, in order
 
     def draw(self, strategy, label):
         value = self._draw(strategy, label=label)
@@ -130,12 +132,15 @@ class _Search:
                 self.limit_reached = True
                 raise _ShrinkLimitReached()
         self.case = Case(data.draw)
+        self.impl.calls = self.case.calls  # recorded per example: a failing one's calls become its repro
         try:
             self.inv(self.impl, self.case)
         except _IMPLEMENTATION_FAILURES as exc:
             self.first_failure = self.first_failure or (self.examples, time.perf_counter() - self.start)
             self.latest_failure = (exc, self.case)
             raise
+        finally:
+            self.impl.calls = None
 
     def outcome(self, status, reason, *, problem="", case=None, notes=(), **fields):
         failing = status in ("failed", "error")
@@ -150,7 +155,8 @@ class _Search:
 
     def failure(self, exc, case, notes=()):
         status = "failed" if isinstance(exc, InvariantViolation) else "error"
-        return self.outcome(status, str(exc).split("\n")[0], problem=exc, case=case, notes=notes)
+        calls = tuple(getattr(case, "calls", ()) or ())
+        return self.outcome(status, str(exc).split("\n")[0], problem=exc, case=case, notes=notes, calls=calls)
 
 
 def _replay_notes(exc):

@@ -6,14 +6,16 @@
 import pytest
 
 from invariants.registry import all_invariants
+from invariants.repro import write_repro
 from invariants.runner import run_invariant
 
 
 @pytest.mark.parametrize("inv", all_invariants(), ids=lambda inv: inv.name)
-def test_invariant(inv, impl, invariant_settings, record_outcome):
+def test_invariant(inv, impl, invariant_settings, record_outcome, repro_dir):
     outcome = run_invariant(inv, impl, settings=invariant_settings)
     record_outcome(outcome)
     if outcome.status == "skipped":
         pytest.skip(outcome.reason)
     if not outcome.passed:
-        pytest.fail(outcome.report, pytrace=False)
+        script = write_repro(outcome, impl, repro_dir) if repro_dir else None
+        pytest.fail(outcome.report + (f"\nrepro: python {script}" if script else ""), pytrace=False)

@@ -39,6 +39,7 @@ import numpy as np
 from hypothesis import Phase, Verbosity
 from hypothesis import settings as hypothesis_settings
 
+from invariants.diagnosis import leave_one_out_accuracy
 from invariants.profiles import PROFILE_NAMES, profile_settings
 from invariants.protocol import FUNCTIONS
 from invariants.registry import all_invariants
@@ -64,6 +65,8 @@ class Row:
     invariants_run: int = 0
     invariants_pruned: int = 0  # invariants that cannot reach the replaced function, not run
     crashes: list = field(default_factory=list)  # "<invariant>: <exception>" for invariants that raised unexpectedly
+    failing: list = field(default_factory=list)  # with whole=True: every invariant that failed, in registry order (its signature)
+    held: list = field(default_factory=list)  # with whole=True: every invariant that ran (or was pruned) and held
     course_failure: str | None = None  # the first course check that failed
     course_seconds: float = 0.0
 
@@ -138,17 +141,17 @@ def could_reach(inv, namespace, replaced):
     return any({replaced, OPAQUE} & reachable(namespace, name) for name in calls)
 
 
-def examine(mutant, invariants, checks, *, profile="ci", prune=True):
-    """Run the suite (in order, up to the first failure) and every course check on one mutant: a Row.
+def examine(mutant, invariants, checks, *, profile="ci", prune=True, whole=False):
+    """Run the suite (in order, up to the first failure; whole=True: all of it) and every course check on one mutant: a Row.
 
     Mutants overflow and divide by zero on purpose: their floating-point warnings are silenced here.
     """
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _examine(mutant, invariants, checks, profile, prune)
+        return _examine(mutant, invariants, checks, profile, prune, whole)
 
 
-def _examine(mutant, invariants, checks, profile, prune):
+def _examine(mutant, invariants, checks, profile, prune, whole):
     settings = _settings(profile)
     impl = mutant.implementation()
     row = Row(mutant.name, mutant.bug, mutant.killed_by)
@@ -158,20 +161,29 @@ def _examine(mutant, invariants, checks, profile, prune):
             continue
         if prune and not could_reach(inv, impl.namespace, mutant.replaces):
             row.invariants_pruned += 1
+            row.held.append(inv.name)  # it calls exactly the reference's code, which holds
             continue
         row.invariants_run += 1
         outcome = run_invariant(inv, impl, settings=settings)
-        if _kills(outcome):
-            row.first_failure = inv.name
-            row.examples, row.seconds = outcome.examples_to_failure, outcome.seconds_to_failure
-            break
         if outcome.check_crashed:
             row.crashes.append(f"{inv.name}: {outcome.reason}")
-    row.suite_seconds = time.perf_counter() - start
+        elif not _kills(outcome):
+            row.held.append(inv.name)
+            continue
+        if row.first_failure is None and not outcome.check_crashed:
+            row.first_failure = inv.name
+            row.examples, row.seconds = outcome.examples_to_failure, outcome.seconds_to_failure
+            row.suite_seconds = time.perf_counter() - start
+        if not outcome.check_crashed:
+            row.failing.append(inv.name)
+        if not whole and row.first_failure is not None:
+            break
+    if row.first_failure is None:
+        row.suite_seconds = time.perf_counter() - start
     named = next((inv for inv in invariants if inv.name == mutant.killed_by), None)
-    if row.named_first:
+    if row.named_first or mutant.killed_by in row.failing:
         row.named_kills = True
-    elif named is not None:
+    elif named is not None and not whole:
         row.named_kills = _kills(run_invariant(named, impl, settings=settings))
     start = time.perf_counter()
     for check in checks:
@@ -186,11 +198,11 @@ def _examine(mutant, invariants, checks, profile, prune):
     return row
 
 
-def _examine_by_name(name, invariant_names, profile, prune):
+def _examine_by_name(name, invariant_names, profile, prune, whole):
     """examine() in a worker process, which finds the mutant and the invariants by name."""
     mutants = {m.name: m for m in all_mutants()}
     invariants = {inv.name: inv for inv in all_invariants()}
-    return examine(mutants[name], [invariants[n] for n in invariant_names], all_course_checks(), profile=profile, prune=prune)
+    return examine(mutants[name], [invariants[n] for n in invariant_names], all_course_checks(), profile=profile, prune=prune, whole=whole)
 
 
 def _one_thread_each():
@@ -202,7 +214,7 @@ def _one_thread_each():
     torch.set_num_threads(1)
 
 
-def kill_matrix(mutants, invariants=None, checks=None, *, profile="ci", jobs=1, prune=True, progress=None):
+def kill_matrix(mutants, invariants=None, checks=None, *, profile="ci", jobs=1, prune=True, whole=False, progress=None):
     """The rows of the kill matrix, one per mutant, in the zoo's order.
 
     With jobs > 1 the mutants are shared among worker processes, which look them (and the
@@ -215,12 +227,12 @@ def kill_matrix(mutants, invariants=None, checks=None, *, profile="ci", jobs=1, 
     if jobs <= 1:
         rows = []
         for m in mutants:
-            rows.append(examine(m, invariants, checks, profile=profile, prune=prune))
+            rows.append(examine(m, invariants, checks, profile=profile, prune=prune, whole=whole))
             report(rows[-1])
         return rows
     names = [inv.name for inv in invariants]
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_one_thread_each) as pool:
-        futures = [pool.submit(_examine_by_name, m.name, names, profile, prune) for m in mutants]
+        futures = [pool.submit(_examine_by_name, m.name, names, profile, prune, whole) for m in mutants]
         for future in as_completed(futures):
             report(future.result())
         return [future.result() for future in futures]
@@ -230,8 +242,13 @@ def _rate(killed, total):
     return killed / total if total else 0.0
 
 
-def summarise(rows, *, wall_seconds=None):
-    """Totals: kill rates, their ratio, median and worst examples- and seconds-to-detection."""
+def signatures_of(rows):
+    """{mutant: {"bug", "killed_by", "failing", "held"}}: what invariants.diagnosis learns from (whole runs only)."""
+    return {r.mutant: {"bug": r.bug, "killed_by": r.killed_by, "failing": r.failing, "held": r.held} for r in rows}
+
+
+def summarise(rows, *, wall_seconds=None, whole=False):
+    """Totals: kill rates, their ratio, median and worst examples- and seconds-to-detection; with whole rows, the diagnosis accuracy."""
     killed = [r for r in rows if r.killed]
     n_course = sum(r.course_failure is not None for r in rows)
 
@@ -255,7 +272,20 @@ def summarise(rows, *, wall_seconds=None):
         "course_kill_rate": _rate(n_course, len(rows)),
         "ratio": len(killed) / n_course if n_course else None,  # suite kills per course-check kill
         "wall_seconds": wall_seconds,
+        **(_diagnosis_summary(rows) if whole else {}),
     }
+
+
+def _diagnosis_summary(rows):
+    accuracy, misses = leave_one_out_accuracy(signatures_of([r for r in rows if r.killed]))
+    return {"diagnosis_accuracy": accuracy, "diagnosis_misses": [f"{m}: diagnosed {top}, named {named}" for m, top, named in misses]}
+
+
+def write_signatures(rows, path):
+    """Each mutant's signature (its bug, the invariant that names it, what failed and what held) as JSON, for invariants.diagnosis."""
+    with open(path, "w") as out:
+        json.dump(signatures_of(rows), out, indent=1, sort_keys=True)
+        out.write("\n")
 
 
 # -- formatting ---------------------------------------------------------------------------------
@@ -305,6 +335,10 @@ def _totals_lines(summary):
     if s["named_invariant_misses"]:
         lines.append(f"the named invariant does not kill: {', '.join(s['named_invariant_misses'])}")
     lines += [f"CRASH {c}" for c in s["crashes"]]
+    if "diagnosis_accuracy" in s:
+        lines.append(f"diagnosis (leave-one-out: a mutant's own signature never diagnoses it): the top diagnosis names the bug "
+                     f"for {s['diagnosis_accuracy']:.1%} of the killed mutants")
+        lines += [f"  missed {m}" for m in s["diagnosis_misses"]]
     if s["wall_seconds"] is not None:
         lines.append(f"wall time {s['wall_seconds']:.1f} s")
     return lines
@@ -348,10 +382,16 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)")
     parser.add_argument("--no-prune", dest="prune", action="store_false",
                         help="also run the invariants that cannot reach the mutant's replaced function (slower, same first failures)")
+    parser.add_argument("--whole", action="store_true",
+                        help="run every invariant on each mutant, not only up to the first failure: the failing sets the diagnosis learns from")
+    parser.add_argument("--signatures", metavar="FILE",
+                        help="with --whole: write each mutant's failing and holding invariants to FILE (the shipped one: invariants/signatures.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} must be at least 1")
+    if args.signatures and not args.whole:
+        parser.error("--signatures needs --whole (a signature is the whole failing set)")
     mutants = select(all_mutants(), args.only)
     if not mutants:
         parser.error(f"--only={args.only!r} matches no mutant")
@@ -363,8 +403,11 @@ def main(argv=None):
         print(f"[{len(done)}/{len(mutants)}] {row.mutant}: {verdict} ({row.suite_seconds:.1f} s)", file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    rows = kill_matrix(mutants, profile=args.profile, jobs=args.jobs, prune=args.prune, progress=None if args.quiet else progress)
-    summary = summarise(rows, wall_seconds=time.perf_counter() - start)
+    rows = kill_matrix(mutants, profile=args.profile, jobs=args.jobs, prune=args.prune, whole=args.whole,
+                       progress=None if args.quiet else progress)
+    summary = summarise(rows, wall_seconds=time.perf_counter() - start, whole=args.whole)
+    if args.signatures:
+        write_signatures(rows, args.signatures)
     print(FORMATS[args.format](rows, summary))
     return 1 if summary["survivors"] or summary["crashes"] else 0
 

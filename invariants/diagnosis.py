@@ -1,0 +1,113 @@
+"""Name the likely bug from the pattern of a run: which invariants failed and which held, read against the zoo's signatures.
+
+    ranked = diagnose(failed={"norms.layer_norm_known_values", "block.agrees_with_reference"}, held={...})
+    ranked[0].invariant, ranked[0].hint      # the bug its hint names, with the evidence in ranked[0].evidence
+
+Every mutant of the zoo left a signature (`python -m mutants.matrix --whole --signatures`,
+shipped as invariants/signatures.json): the invariants it fails and those it holds. A
+candidate is a failing invariant, standing for the bug its hint names. Root causes come first:
+a candidate's component must not depend on another failing component (a failing layer_norm
+explains the block and model failures above it, not the other way round). Among the roots, the
+candidates are ranked by how likely the other failures are when that bug is present
+(naive Bayes over the signatures of the mutants that name it, or else of those that fail it),
+times how specific the candidate is (an invariant that fails for half the zoo says little).
+The constants were chosen on the zoo with leave-one-out (a mutant's own signature is never
+used to diagnose it): see mutants.matrix's diagnosis accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+SIGNATURES = Path(__file__).with_name("signatures.json")
+DEPENDS = {  # component -> the components whose functions it calls (the reference's structure)
+    "softmax": (), "norms": (), "activation": (), "attention": ("softmax",), "feed_forward": ("activation",),
+    "block": ("norms", "attention", "feed_forward"), "model": ("block",), "moe": ("softmax", "feed_forward"),
+}
+SMOOTHING = 0.1  # pseudo-count of each co-failure frequency
+SPECIFICITY = 2.0  # weight of -log(share of the zoo that fails the candidate)
+NON_FINITE = ", but should be finite"  # the assertion grammar's phrase for NaN and inf (invariants.asserts.assert_finite)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One likely cause: the invariant whose hint names it, its score and the evidence."""
+
+    invariant: str
+    score: float
+    explained: tuple  # the other failures that mutants with this bug also show
+    resembles: tuple  # (mutant, bug) of the zoo whose signatures are closest to the run's
+
+
+@cache
+def load_signatures(path=SIGNATURES):
+    """{mutant: {"bug", "killed_by", "failing", "held"}} from the shipped file ({} when it is absent)."""
+    path = Path(path)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _below(component):
+    """Every component `component` depends on, directly or not."""
+    seen, todo = set(), list(DEPENDS.get(component, ()))
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(DEPENDS.get(current, ()))
+    return seen
+
+
+def root_failures(failed):
+    """The failing invariants whose component depends on no other failing component (root causes first)."""
+    components = {name.split(".")[0] for name in failed}
+    roots = {c for c in components if not _below(c) & components}
+    return {name for name in failed if name.split(".")[0] in roots}
+
+
+def _jaccard(a, b):
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def diagnose(failed, held, signatures=None, *, exclude=()):
+    """Candidates for the bug behind `failed` (invariant names) given `held`, most likely first; [] when nothing failed.
+
+    `signatures` defaults to the shipped ones; mutants named in `exclude` are left out (leave-one-out).
+    """
+    failed, held = set(failed), set(held)
+    signatures = load_signatures() if signatures is None else signatures
+    zoo = {name: (s["killed_by"], set(s["failing"]), s["bug"]) for name, s in signatures.items() if name not in exclude}
+    ranked = []
+    for candidate in root_failures(failed):
+        named = [fails for killed_by, fails, _ in zoo.values() if killed_by == candidate]
+        like = named or [fails for _, fails, _ in zoo.values() if candidate in fails]  # mutants that show this bug
+        others = failed - {candidate}
+        log_likelihood = sum(math.log((sum(j in f for f in like) + SMOOTHING) / (len(like) + 2 * SMOOTHING)) for j in others)
+        share = (sum(candidate in fails for _, fails, _ in zoo.values()) + 1) / (len(zoo) + 2)
+        explained = tuple(sorted(j for j in others if like and sum(j in f for f in like) * 2 >= len(like)))
+        ranked.append(Diagnosis(candidate, log_likelihood - SPECIFICITY * math.log(share), explained, ()))
+    ranked.sort(key=lambda d: -d.score)
+    if ranked:
+        closest = sorted(zoo.items(), key=lambda item: -_jaccard(item[1][1] & (failed | held), failed))[:3]
+        ranked[0] = Diagnosis(ranked[0].invariant, ranked[0].score, ranked[0].explained,
+                              tuple((name, bug) for name, (_, fails, bug) in closest if fails & failed))
+    return ranked
+
+
+def leave_one_out_accuracy(signatures):
+    """(share, misses): how often the top diagnosis of each mutant, without its own signature, is the invariant that names its bug."""
+    misses = []
+    for name, s in signatures.items():
+        ranked = diagnose(s["failing"], s["held"], signatures, exclude={name})
+        top = ranked[0].invariant if ranked else None
+        if top != s["killed_by"]:
+            misses.append((name, top, s["killed_by"]))
+    return (1 - len(misses) / len(signatures) if signatures else 0.0), misses
+
+
+def non_finite_first(failures):
+    """Of (invariant, reason) pairs in registry order, the ones whose answer held NaN or inf: named once, first one first."""
+    return [(name, reason) for name, reason in failures if NON_FINITE in reason]

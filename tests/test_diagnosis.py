@@ -1,0 +1,49 @@
+"""The diagnosis names the bug from the pattern of failures: root causes first, calibrated on the zoo, measured leave-one-out."""
+
+from __future__ import annotations
+
+from invariants.diagnosis import diagnose, leave_one_out_accuracy, load_signatures, non_finite_first, root_failures
+from invariants.registry import REGISTRY, all_invariants
+
+all_invariants()
+SIGNATURES = load_signatures()
+
+
+def test_the_shipped_signatures_cover_the_zoo_and_name_registered_invariants():
+    from mutants import all_mutants
+
+    assert set(SIGNATURES) == {m.name for m in all_mutants()}, "regenerate: python -m mutants.matrix --whole --signatures invariants/signatures.json"
+    for name, signature in SIGNATURES.items():
+        assert set(signature["failing"]) <= set(REGISTRY) and set(signature["held"]) <= set(REGISTRY), name
+        assert signature["killed_by"] in signature["failing"], f"{name}: its named invariant does not fail it"
+
+
+def test_a_failing_norm_is_the_root_of_the_block_and_model_failures_above_it():
+    failed = {"norms.layer_norm_known_values", "block.residual_identity", "model.causal_non_leakage", "softmax.softmax_rows_sum_to_one"}
+    assert root_failures(failed) == {"norms.layer_norm_known_values", "softmax.softmax_rows_sum_to_one"}
+
+
+def test_an_unbiased_variance_pattern_is_diagnosed_as_the_layer_norm_bug_and_resembles_it():
+    own = SIGNATURES["norms.unbiased_layer_norm"]
+    ranked = diagnose(own["failing"], own["held"])
+    assert ranked[0].invariant == "norms.layer_norm_known_values"
+    assert "block.agrees_with_reference" in ranked[0].explained
+    assert ranked[0].resembles[0] == ("norms.unbiased_layer_norm", own["bug"])
+    assert all(d.invariant.startswith("norms.") for d in ranked)  # the block and model failures follow from it
+
+
+def test_nothing_failed_means_no_diagnosis():
+    assert diagnose(set(), {"norms.layer_norm_known_values"}) == []
+
+
+def test_non_finite_answers_are_named_once_in_order():
+    failures = [("norms.a", "x[0]=nan, but should be finite [f]"), ("block.b", "y=1, but should be 2"), ("model.c", "z[1]=inf, but should be finite")]
+    assert [name for name, _ in non_finite_first(failures)] == ["norms.a", "model.c"]
+
+
+def test_leave_one_out_accuracy_is_measured_and_beats_the_first_failure():
+    accuracy, misses = leave_one_out_accuracy(SIGNATURES)
+    order = {name: i for i, name in enumerate(REGISTRY)}
+    first_failure = sum(min(s["failing"], key=order.get) == s["killed_by"] for s in SIGNATURES.values()) / len(SIGNATURES)
+    assert accuracy > first_failure, (accuracy, first_failure)
+    assert len(misses) == round((1 - accuracy) * len(SIGNATURES))

@@ -1,0 +1,64 @@
+"""A failure's repro script runs with plain python against the student's module and shows the same answers the suite saw."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from invariants import REGISTRY, all_invariants, load_implementation, run_invariant
+from invariants.profiles import profile_settings
+from invariants.repro import write_repro
+
+all_invariants()
+ROOT = Path(__file__).resolve().parent.parent
+LEAKY = ROOT / "examples" / "submissions" / "mask_after_softmax.py"
+
+
+def _run_script(path, *args):
+    return subprocess.run([sys.executable, str(path), *map(str, args)], capture_output=True, text=True, timeout=120, cwd=path.parent)
+
+
+@pytest.mark.parametrize("name", ["attention.causal_non_leakage", "model.agrees_with_reference"])
+def test_the_repro_replays_the_failing_calls_without_the_suite(name, tmp_path):
+    impl = load_implementation(str(LEAKY))
+    outcome = run_invariant(REGISTRY[name], impl, settings=profile_settings("ci"))
+    assert outcome.status == "failed" and outcome.calls
+    script = write_repro(outcome, impl, tmp_path)
+    imported = set(re.findall(r"^(?:import|from) (\w+)", script.read_text(), re.M)) | set(re.findall(r"^ +import (\w+)", script.read_text(), re.M))
+    assert imported <= {"importlib", "sys", "pathlib", "numpy", "torch"}, imported
+    done = _run_script(script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("call ") == len(outcome.calls)
+    assert f"violated: {outcome.problem.splitlines()[0]}" in done.stdout and f"hint: {outcome.hint}" in done.stdout
+
+
+def test_large_inputs_go_beside_the_script_in_an_npz(tmp_path):
+    impl = load_implementation(str(LEAKY))
+    outcome = run_invariant(REGISTRY["model.agrees_with_reference"], impl, settings=profile_settings("ci"))
+    script = write_repro(outcome, impl, tmp_path)
+    has_npz = script.with_suffix(".npz").exists()
+    assert has_npz == ("ARRAYS = np.load" in script.read_text())
+
+
+def test_the_repro_runs_against_another_module_given_on_the_command_line(tmp_path):
+    impl = load_implementation(str(LEAKY))
+    outcome = run_invariant(REGISTRY["attention.causal_non_leakage"], impl, settings=profile_settings("ci"))
+    script = write_repro(outcome, impl, tmp_path)
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text("from reference.numpy import attention\n")
+    done = subprocess.run([sys.executable, str(script), str(fixed)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    now = [line for line in done.stdout.splitlines() if line.startswith("  now[1]")]  # the weights: fixed, the future gets 0
+    seen = [line for line in done.stdout.splitlines() if line.startswith("  the suite saw[1]")]
+    assert len(now) == len(seen) == len(outcome.calls) and now != seen
+
+
+def test_a_passing_invariant_has_no_repro(tmp_path):
+    impl = load_implementation("reference.numpy")
+    outcome = run_invariant(REGISTRY["attention.causal_non_leakage"], impl, settings=profile_settings("ci"))
+    assert outcome.passed and write_repro(outcome, impl, tmp_path) is None
