@@ -1,4 +1,11 @@
-"""Invariants of the parameter and compute arithmetic: exact GPT-2 counts, the params tree, 12·L·d², 2N, 6ND, MoE counts."""
+"""Invariants of the parameter and compute arithmetic: exact GPT-2 counts, the params tree, 12·L·d², 2N, 6ND, MoE counts.
+
+The laws of counting that hold for any config (one vocabulary row per token, a mixture's total
+minus what a token uses, active = total when k = E) are checked here on an implementation's
+gpt_param_count and moe_* functions; the suite's own accounting from config.json files
+(Llama, Mistral, Qwen2, Mixtral, DeepSeek: the accounting package) is checked in
+tests/test_accounting.py, since no protocol function takes a config.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from hypothesis import strategies as st
 from invariants.asserts import assert_close, assert_value, assert_where
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance
+from strategies.moe import moe_params
 from strategies.params import gpt_configs, gpt_params
 
 GPT2_VOCAB, GPT2_MAX_LEN = 50_257, 1_024
@@ -62,6 +70,23 @@ def count_matches_params_tree(impl, case):
     args = (config.vocab, config.d_model, config.n_layers, config.max_len, config.attn_bias)
     parts = " + ".join(f"{part} {size}" for part, size in sizes.items())
     assert_value(impl.gpt_param_count(*args), sum(sizes.values()), "parameter count", f"{_signature(args)}; the tree holds {parts}")
+
+
+@invariant(
+    requires=("gpt_param_count",),
+    hint="the tied output layer is counted as a table of its own (V·d more: an untied head, or a state dict that lists lm_head.weight "
+         "beside wte) or given a bias (V more): with tied embeddings each token of the vocabulary adds one row of d",
+)
+def vocabulary_adds_one_row(impl, case):
+    """Each token added to the vocabulary adds exactly d_model parameters to gpt_param_count: one row of the table that is
+    both the embedding and the tied output layer."""
+    config = case.draw(gpt_configs(min_vocab=1, max_vocab=40, max_max_len=12, min_layers=0, max_layers=3), "config")
+    added = case.draw(st.one_of(st.just(1), st.integers(1, 50_257)), "tokens added")
+    args = (config.vocab, config.d_model, config.n_layers, config.max_len, config.attn_bias)
+    grown = (config.vocab + added, *args[1:])
+    gap = np.asarray(impl.gpt_param_count(*grown)) - np.asarray(impl.gpt_param_count(*args))
+    what = f"gpt_param_count at vocab {grown[0]} minus at vocab {args[0]} (d_model {config.d_model} per token added)"
+    assert_value(gap, added * config.d_model, what, f"{_signature(grown)} - {_signature(args)}")
 
 
 @invariant(
@@ -129,3 +154,57 @@ def moe_counts_by_part(impl, case):
     router = d * n_experts
     assert_value(impl.moe_n_params(d, n_experts), router + n_experts * expert, "moe_n_params", f"moe_n_params({d}, {n_experts})")
     assert_value(impl.moe_active_params(d, n_experts, k), router + k * expert, "moe_active_params", f"moe_active_params({d}, {n_experts}, {k})")
+
+
+def _expert_size(d):
+    """Parameters of one expert at width d: a 4× feed-forward network, W1 (d, 4d), b1, W2 (4d, d), b2."""
+    return 8 * d * d + 5 * d
+
+
+@invariant(
+    requires=("moe_n_params",),
+    hint="the count leaves out or double-counts part of the layer the suite builds: the (d, E) router, or one of the E experts "
+         "(W1 (d, 4d), b1 (4d,), W2 (4d, d), b2 (d,) each)",
+)
+def moe_count_matches_params(impl, case):
+    """moe_n_params(d, E) equals the total size of the router and the E experts the suite feeds moe."""
+    d = case.draw(st.integers(1, 16), "d")
+    n_experts = case.draw(st.integers(1, 8), "E")
+    params = case.draw(moe_params(d, n_experts), "params")
+    router = params["router"].size
+    experts = sum(array.size for expert in params["experts"] for array in expert.values())
+    call = f"moe_n_params({d}, {n_experts}); the layer holds router {router} + experts {experts}"
+    assert_value(impl.moe_n_params(d, n_experts), router + experts, "moe_n_params", call)
+
+
+@invariant(
+    requires=("moe_n_params", "moe_active_params"),
+    hint="the mixture is counted as one feed-forward network (its E experts as one), or the router is in one count and not the other: "
+         "the layer holds E experts of 8d² + 5d, a token uses k of them, and both counts hold the whole router",
+)
+def mixture_total_minus_active(impl, case):
+    """A mixture's total minus what a token uses is the E − k experts it skips:
+    moe_n_params(d, E) − moe_active_params(d, E, k) = (E − k)·(8d² + 5d)."""
+    d = case.draw(st.integers(1, 512), "d")
+    n_experts = case.draw(st.integers(2, 64), "E")
+    k = case.draw(st.integers(1, n_experts), "k")
+    gap = np.asarray(impl.moe_n_params(d, n_experts)) - np.asarray(impl.moe_active_params(d, n_experts, k))
+    what = f"moe_n_params - moe_active_params (E - k = {n_experts - k} experts of {_expert_size(d)} unused)"
+    assert_value(gap, (n_experts - k) * _expert_size(d), what, f"moe_n_params({d}, {n_experts}) - moe_active_params({d}, {n_experts}, {k})")
+
+
+@invariant(
+    requires=("moe_n_params", "moe_active_params"),
+    hint="the active count leaves out the router (every token's scores use all of its d·E weights) or counts something the total "
+         "does not: with k = E a token uses every parameter of the layer",
+)
+def active_equals_total_when_all_chosen(impl, case):
+    """moe_active_params(d, E, k) <= moe_n_params(d, E) for every k, with equality at k = E: a token sent to every expert uses the whole layer."""
+    d = case.draw(st.integers(1, 512), "d")
+    n_experts = case.draw(st.integers(1, 64), "E")
+    k = case.draw(st.integers(1, n_experts), "k")
+    total = np.asarray(impl.moe_n_params(d, n_experts))
+    actives = np.array([np.asarray(impl.moe_active_params(d, n_experts, j)) for j in (1, k, n_experts)])  # (3,)
+    calls = f"moe_active_params({d}, {n_experts}, k) for k = 1, {k}, {n_experts}; moe_n_params({d}, {n_experts}) = {total}"
+    assert_where(actives <= total, actives, "moe_active_params", f"<= moe_n_params = {total}", calls)
+    assert_value(actives[-1], total.item(), f"moe_active_params with k = E ({n_experts})", calls)

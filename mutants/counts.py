@@ -1,4 +1,4 @@
-"""Broken arithmetic: parts of the model left out or counted twice, 6ND written as 2ND, every expert counted as active."""
+"""Broken arithmetic: parts of the model left out or counted twice, 6ND written as 2ND, a mixture counted as one MLP or without its router."""
 
 from mutants import mutant
 from reference.counts import feed_forward_params
@@ -37,3 +37,26 @@ def forward_only_training_flops(n_params, n_tokens):
 @mutant(replaces="moe_active_params", killed_by="counts.moe_known_counts", bug="every expert counted as active, not the k chosen")
 def all_experts_active_params(d_model, n_experts, k):
     return d_model * n_experts + n_experts * feed_forward_params(d_model)
+
+
+@mutant(replaces="gpt_param_count", killed_by="counts.vocabulary_adds_one_row",
+        bug="the tied output layer counted as an nn.Linear(d, V) of its own, with a bias (V·d + V more)")
+def tied_head_with_bias_count(vocab, d_model, n_layers, max_len, attn_bias=True):
+    return _count(vocab, d_model, n_layers, max_len, attn_bias, head=vocab * d_model + vocab)
+
+
+@mutant(replaces="moe_n_params", killed_by="counts.moe_count_matches_params", bug="the router's d·E weights are not counted")
+def no_router_n_params(d_model, n_experts):
+    return n_experts * feed_forward_params(d_model)
+
+
+@mutant(replaces="moe_n_params", killed_by="counts.mixture_total_minus_active",
+        bug="the mixture counted as one feed-forward network: the router and a single expert")
+def one_mlp_mixture_n_params(d_model, n_experts):
+    return d_model * n_experts + feed_forward_params(d_model)
+
+
+@mutant(replaces="moe_active_params", killed_by="counts.active_equals_total_when_all_chosen",
+        bug="the active count leaves out the router (a token's scores use all of it)")
+def no_router_active_params(d_model, n_experts, k):
+    return k * feed_forward_params(d_model)

@@ -1,0 +1,300 @@
+"""A config.json read into the numbers a parameter count needs, with transformers' defaults; one ConfigError line otherwise.
+
+The keys are Hugging Face's (transformers 5: `configuration_<model_type>.py`). A key whose
+transformers default is a structural convention (num_key_value_heads = num_attention_heads for
+Llama, head_dim = hidden_size / num_attention_heads, tie_word_embeddings, attention_bias) takes that
+default when absent; a key whose default is some model's size (Mistral's num_key_value_heads = 8,
+DeepSeek-V2's q_lora_rank = 1536) is required, so that a count never quietly describes another model.
+
+Dimension letters: V vocabulary, d model width, L layers, H query heads, H_kv key/value heads,
+D head width, F feed-forward width, E routed experts, k experts per token, S shared experts,
+F_e expert width.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# model_type: the block's style. "gpt2": LayerNorm, GELU MLP with biases, learned positions;
+# "llama": RMSNorm, SwiGLU MLP, rotary positions; "mla": the llama style with DeepSeek's multi-head latent attention.
+STYLES = {
+    "gpt2": "gpt2",
+    "llama": "llama",
+    "mistral": "llama",
+    "mixtral": "llama",
+    "qwen2": "llama",
+    "deepseek_v2": "mla",
+    "deepseek_v3": "mla",
+}
+MISSING = object()
+
+
+class ConfigError(ValueError):
+    """A config that cannot be counted; str() is one line that names the key and what it expected."""
+
+
+def _json(value):
+    """A value as the config file spells it, and what kind of JSON value it is: '"32" (a string)'."""
+    kind = {bool: "a boolean", str: "a string", float: "a decimal number", list: "a list", dict: "an object"}.get(type(value))
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:59] + "…"
+    return f"{shown} ({kind})" if kind else shown
+
+
+def bad_key(key, expected, got=MISSING):
+    """The ConfigError for `key`: missing (got omitted) or holding `got` where `expected` was wanted."""
+    if got is MISSING:
+        return ConfigError(f'missing key "{key}": expected {expected}')
+    return ConfigError(f'key "{key}": expected {expected}, got {_json(got)}')
+
+
+@dataclass(frozen=True)
+class Model:
+    """One decoder-only transformer as the count sees it: the sizes and the variant flags, defaults applied."""
+
+    model_type: str
+    style: str  # "gpt2", "llama" or "mla" (STYLES)
+    vocab: int  # V
+    d_model: int  # d
+    n_layers: int  # L
+    n_heads: int  # H
+    n_kv_heads: int  # H_kv: key/value heads (grouped-query attention); MLA caches a latent instead
+    d_head: int  # D: query/key head width (MLA: qk_nope_head_dim + qk_rope_head_dim)
+    d_ff: int  # F: the dense feed-forward width (0 when every layer is a mixture)
+    tied: bool  # the output layer is the embedding table, counted once
+    positions: int = 0  # rows of a learned position table (GPT-2's n_positions); rotary models have none
+    context: int | None = None  # max_position_embeddings, for the KV cache of a full context
+    qkv_bias: bool = False  # biases on the query, key and value projections
+    o_bias: bool = False  # a bias on the output projection
+    mlp_bias: bool = False  # biases in the SwiGLU MLPs (GPT-2's MLP always has them)
+    n_experts: int = 0  # E routed experts per mixture layer (0: a dense model)
+    experts_per_token: int = 0  # k
+    d_expert: int = 0  # F_e: each routed expert's width (Mixtral: intermediate_size)
+    n_shared: int = 0  # S: always-on experts, built as one MLP of width S·F_e
+    dense_layers: int = 0  # the first layers keep a dense MLP of width F (first_k_dense_replace)
+    q_lora_rank: int = 0  # MLA: queries through a rank-r_q bottleneck (0: one d -> H·D projection)
+    kv_lora_rank: int = 0  # MLA: r_kv, the width of the cached latent
+    qk_rope_dim: int = 0  # MLA: the rotary part of each query/key head (the key's is shared by all heads)
+    v_head_dim: int = 0  # MLA: each value head's width
+
+    @property
+    def moe_layers(self):
+        """Layers whose MLP is a mixture of experts."""
+        return self.n_layers - self.dense_layers if self.n_experts else 0
+
+
+class _Reader:
+    """Typed reads of one config mapping; every failure is a ConfigError naming the key."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def raw(self, names, default=MISSING):
+        """(the first of `names` the config holds, its value), or (names[0], default)."""
+        for name in names:
+            if name in self.config:
+                return name, self.config[name]
+        return names[0], default
+
+    def integer(self, *names, low=1, default=MISSING, meaning="", nullable=False):
+        """The first of `names` present (a name and its aliases), an int >= low; `default` when absent; None for null when nullable."""
+        expected = f"{'a positive integer' if low == 1 else f'an integer >= {low}'}{f' ({meaning})' if meaning else ''}"
+        if nullable:
+            expected += " or null"
+        name, value = self.raw(names)
+        if value is MISSING:
+            if default is MISSING:
+                raise bad_key(name, expected)
+            return default
+        if value is None and nullable:
+            return None
+        if type(value) is not int or value < low:
+            raise bad_key(name, expected, value)
+        return value
+
+    def boolean(self, name, default):
+        value = self.config.get(name, default)
+        if type(value) is not bool:
+            raise bad_key(name, "true or false", value)
+        return value
+
+
+def _divides(key, value, of_key, of):
+    if of % value:
+        raise bad_key(key, f"a divisor of {of_key} ({of})", value)
+
+
+def model_from_config(config):
+    """The Model a config.json-shaped mapping describes; ConfigError (one line) when it describes none."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"the config: expected a JSON object of keys and values, got {_json(config)}")
+    model_type = config.get("model_type", MISSING)
+    known = ", ".join(sorted(STYLES))
+    if model_type is MISSING:
+        raise bad_key("model_type", f"one of {known}")
+    if model_type not in STYLES:
+        raise bad_key("model_type", f"one of {known}", model_type)
+    r = _Reader(config)
+    style = STYLES[model_type]
+    if style == "gpt2":
+        return _gpt2(r)
+    return _mla(r, model_type) if style == "mla" else _llama(r, model_type)
+
+
+def _gpt2(r):
+    # transformers' GPT2Config.attribute_map lets the Llama-style names stand in for GPT-2's own.
+    d = r.integer("n_embd", "hidden_size", meaning="the model width d")
+    heads = r.integer("n_head", "num_attention_heads", meaning="attention heads")
+    _divides("n_head", heads, "n_embd", d)
+    if r.boolean("add_cross_attention", False):
+        raise bad_key("add_cross_attention", "false (a GPT-2 with cross-attention is an encoder-decoder's half, not counted here)", True)
+    positions = r.integer("n_positions", "max_position_embeddings", meaning="the rows of the position table")
+    # attention_bias is the lesson's switch (TinyGPT has none); transformers' GPT-2 ignores the key and always has them.
+    bias = r.boolean("attention_bias", True)
+    return Model(
+        model_type="gpt2", style="gpt2",
+        vocab=r.integer("vocab_size", meaning="the vocabulary V"),
+        d_model=d,
+        n_layers=r.integer("n_layer", "num_hidden_layers", low=0, meaning="blocks"),
+        n_heads=heads, n_kv_heads=heads, d_head=d // heads,
+        d_ff=r.integer("n_inner", default=None, nullable=True, meaning="the MLP width; null means 4·n_embd") or 4 * d,
+        tied=r.boolean("tie_word_embeddings", True),
+        positions=positions, context=positions,
+        qkv_bias=bias, o_bias=bias,
+    )
+
+
+def _heads(r, d, *, kv_default, null_head_dim, divides):
+    """(H, H_kv, D) of a Llama-style config: head_dim absent (or null, where transformers allows it) means d / H.
+
+    divides: H must divide d even where head_dim is given (transformers' LlamaConfig validates it).
+    """
+    heads = r.integer("num_attention_heads", meaning="query heads H")
+    meaning = "each head's width; null means hidden_size / num_attention_heads" if null_head_dim else "each head's width"
+    d_head = r.integer("head_dim", default=None, nullable=null_head_dim, meaning=meaning)
+    if d_head is None or divides:
+        _divides("num_attention_heads", heads, "hidden_size", d)
+    if d_head is None:
+        d_head = d // heads
+    kv_heads = r.integer("num_key_value_heads", default=heads if kv_default else MISSING, meaning="key/value heads H_kv")
+    _divides("num_key_value_heads", kv_heads, "num_attention_heads", heads)
+    return heads, kv_heads, d_head
+
+
+def _experts_per_token(r, n_experts, experts_key):
+    k = r.integer("num_experts_per_tok", meaning="the experts each token uses, k")
+    if k > n_experts:
+        raise bad_key("num_experts_per_tok", f"at most {experts_key} ({n_experts})", k)
+    return k
+
+
+def _llama(r, model_type):
+    d = r.integer("hidden_size", meaning="the model width d")
+    # Llama defaults num_key_value_heads to the query heads; Mistral, Mixtral and Qwen2 default it to a size (8, 8, 32).
+    # transformers' Qwen2 reads head_dim with getattr(config, "head_dim", d // H), so a null head_dim breaks it.
+    heads, kv_heads, d_head = _heads(r, d, kv_default=model_type == "llama", null_head_dim=model_type != "qwen2", divides=model_type == "llama")
+    d_ff = r.integer("intermediate_size", meaning="the MLP width F")
+    fields = {}
+    if model_type == "llama":  # the only one of the four whose biases are switches
+        bias = r.boolean("attention_bias", False)
+        fields.update(qkv_bias=bias, o_bias=bias, mlp_bias=r.boolean("mlp_bias", False))
+    elif model_type == "qwen2":  # q, k and v always have biases; the output projection never does
+        fields.update(qkv_bias=True)
+    elif model_type == "mixtral":
+        n_experts = r.integer("num_local_experts", "num_experts", meaning="experts per layer E")
+        fields.update(n_experts=n_experts, experts_per_token=_experts_per_token(r, n_experts, "num_local_experts"), d_expert=d_ff)
+        d_ff = 0  # every layer is a mixture: intermediate_size is each expert's width
+    return Model(
+        model_type=model_type, style="llama",
+        vocab=r.integer("vocab_size", meaning="the vocabulary V"),
+        d_model=d,
+        n_layers=r.integer("num_hidden_layers", low=0, meaning="decoder layers L"),
+        n_heads=heads, n_kv_heads=kv_heads, d_head=d_head, d_ff=d_ff,
+        tied=r.boolean("tie_word_embeddings", False),
+        context=r.integer("max_position_embeddings", default=None, meaning="the longest context"),
+        **fields,
+    )
+
+
+def _mla(r, model_type):
+    d = r.integer("hidden_size", meaning="the model width d")
+    heads = r.integer("num_attention_heads", meaning="query heads H")
+    if model_type == "deepseek_v2":  # transformers' DeepseekV2Config validates it, though no MLA weight depends on it
+        _divides("num_attention_heads", heads, "hidden_size", d)
+    kv_heads = r.integer("num_key_value_heads", default=heads, meaning="key/value heads")  # no weights depend on it in MLA
+    n_layers = r.integer("num_hidden_layers", low=0, meaning="decoder layers L")
+    experts_key = "n_routed_experts"
+    alias = "num_experts" if model_type == "deepseek_v2" else "num_local_experts"  # transformers' attribute_map
+    n_experts = r.integer(experts_key, alias, meaning="routed experts per mixture layer E")
+    # Layers below first_k_dense_replace keep a dense MLP; a value past the last layer makes them all dense, as in transformers.
+    # Its default is 0 in DeepSeek-V2's config and 3 (DeepSeek-V3's own value) in V3's, so there it is required.
+    first = r.integer("first_k_dense_replace", low=0, default=0 if model_type == "deepseek_v2" else MISSING,
+                      meaning="the first layers that keep a dense MLP")
+    dense = min(first, n_layers)
+    _, freq = r.raw(["moe_layer_freq"], 1)
+    if freq != 1 or type(freq) is not int:  # DeepSeek's own code skips layers; transformers builds a mixture in every one
+        raise bad_key("moe_layer_freq", "1 (transformers builds a mixture in every layer after first_k_dense_replace)", freq)
+    nope = r.integer("qk_nope_head_dim", meaning="the non-rotary part of each query/key head")
+    rope = r.integer("qk_rope_head_dim", meaning="the rotary part of each query/key head")
+    bias = r.boolean("attention_bias", False)
+    return Model(
+        model_type=model_type, style="mla",
+        vocab=r.integer("vocab_size", meaning="the vocabulary V"),
+        d_model=d, n_layers=n_layers, n_heads=heads, n_kv_heads=kv_heads, d_head=nope + rope,
+        d_ff=r.integer("intermediate_size", meaning="the dense layers' MLP width F") if dense else 0,
+        tied=r.boolean("tie_word_embeddings", False),
+        context=r.integer("max_position_embeddings", default=None, meaning="the longest context"),
+        qkv_bias=bias, o_bias=bias,
+        mlp_bias=r.boolean("mlp_bias", False) if model_type == "deepseek_v2" else False,  # DeepSeek-V3's MLPs have no bias switch
+        n_experts=n_experts,
+        experts_per_token=_experts_per_token(r, n_experts, experts_key),
+        d_expert=r.integer("moe_intermediate_size", meaning="each expert's width F_e"),
+        n_shared=r.integer("n_shared_experts", low=0, meaning="shared experts S"),
+        dense_layers=dense,
+        q_lora_rank=r.integer("q_lora_rank", nullable=True, meaning="the query bottleneck; null for a full projection") or 0,
+        kv_lora_rank=r.integer("kv_lora_rank", meaning="the cached latent's width"),
+        qk_rope_dim=rope,
+        v_head_dim=r.integer("v_head_dim", meaning="each value head's width"),
+    )
+
+
+# -- where configs come from ---------------------------------------------------------------
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def known_models():
+    """The shipped configs' names (the JSON files' stems), sorted: gpt2, llama-3-8b, mixtral-8x7b, ..."""
+    return sorted(path.stem for path in CONFIGS.glob("*.json"))
+
+
+def read_config(source):
+    """A config mapping from a known model's name, a config.json path, or a folder holding one; ConfigError otherwise."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    name = str(source)
+    path = CONFIGS / f"{name.lower()}.json"
+    if not (path.is_file() and name.lower() in known_models()):
+        path = Path(name)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"{name}: not a known model ({', '.join(known_models())}) nor a config.json file or a folder holding one")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.__class__.__name__}: {exc})") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object of keys and values, got {_json(config)}")
+    return config
