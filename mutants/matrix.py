@@ -46,6 +46,7 @@ from invariants.registry import all_invariants
 from invariants.runner import run_invariant
 from mutants import all_mutants
 from mutants.course_checks import CourseCheckSkipped, all_course_checks
+from mutants.documented import documented_mutants, equivalent_controls
 
 DETECTION_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)  # no shrinking
 
@@ -198,9 +199,14 @@ def _examine(mutant, invariants, checks, profile, prune, whole):
     return row
 
 
+def _every_mutant():
+    """The zoo, the documented bugs and the equivalent controls, by name."""
+    return {m.name: m for m in [*all_mutants(), *documented_mutants(), *equivalent_controls()]}
+
+
 def _examine_by_name(name, invariant_names, profile, prune, whole):
     """examine() in a worker process, which finds the mutant and the invariants by name."""
-    mutants = {m.name: m for m in all_mutants()}
+    mutants = _every_mutant()
     invariants = {inv.name: inv for inv in all_invariants()}
     return examine(mutants[name], [invariants[n] for n in invariant_names], all_course_checks(), profile=profile, prune=prune, whole=whole)
 
@@ -408,8 +414,36 @@ def main(argv=None):
     summary = summarise(rows, wall_seconds=time.perf_counter() - start, whole=args.whole)
     if args.signatures:
         write_signatures(rows, args.signatures)
+    documented = _documented_section(args) if not args.only else None
     print(FORMATS[args.format](rows, summary))
-    return 1 if summary["survivors"] or summary["crashes"] else 0
+    if documented is not None:
+        print(documented["text"] if args.format != "json" else json.dumps({k: v for k, v in documented.items() if k != "text"}, indent=2))
+    failed = summary["survivors"] or summary["crashes"] or (documented and (documented["unexpected_survivors"] or documented["false_alarms"]))
+    return 1 if failed else 0
+
+
+def _documented_section(args):
+    """Bugs public projects shipped (mutants/documented.py), kept apart from the synthetic zoo, and the equivalent controls.
+
+    A documented bug marked `needs` is one the strategies do not reach yet: its survival is reported,
+    not a failure; a control that any invariant fails is a false alarm, and is.
+    """
+    bugs, controls = documented_mutants(), equivalent_controls()
+    rows = kill_matrix(bugs, profile=args.profile, jobs=args.jobs, prune=args.prune)
+    control_rows = kill_matrix(controls, profile=args.profile, jobs=args.jobs, prune=args.prune)
+    needs = {m.name: m.needs for m in bugs}
+    killed = [r for r in rows if r.killed]
+    lines = ["", f"documented bugs (shipped by public projects; mutants/documented.py): the suite catches {len(killed)} of {len(rows)}"]
+    lines += [f"  {r.mutant} ({m.source}): " + (f"killed by {r.first_failure} after {r.examples} examples" if r.killed
+              else f"SURVIVED{f' (needs {needs[r.mutant]})' if needs[r.mutant] else ''}") for r, m in zip(rows, bugs, strict=True)]
+    alarms = [r for r in control_rows if r.killed]
+    passing = len(control_rows) - len(alarms)
+    lines.append(f"equivalent controls (reported as bugs, shown equivalent): {passing} of {len(control_rows)} pass every invariant")
+    lines += [f"  FALSE ALARM {r.mutant}: {r.first_failure}" for r in alarms]
+    return {"text": "\n".join(lines), "caught": len(killed), "documented": len(rows),
+            "survivors": [r.mutant for r in rows if not r.killed],
+            "unexpected_survivors": [r.mutant for r in rows if not r.killed and not needs[r.mutant]],
+            "false_alarms": [r.mutant for r in alarms], "controls": len(control_rows)}
 
 
 if __name__ == "__main__":
