@@ -2,6 +2,7 @@
 
     python benchmarks/suite_speed.py                 # ci profile: pytest wall times + examples/s
     python benchmarks/suite_speed.py --profile thorough --skip-pytest
+    python benchmarks/suite_speed.py --soak-estimate 300   # the thorough soak's run time, from 300 examples per invariant
 
 Prints figures; asserts nothing (speed targets live here, not in timed tests).
 """
@@ -52,11 +53,48 @@ def examples_per_second(profile):
     return table
 
 
+def soak_estimate(sample):
+    """Per reference and dtype: the thorough soak's estimated run time, from `sample` fresh examples of each invariant.
+
+    An invariant that runs out of inputs before `sample` (a table of known values) runs as many
+    in the soak; the others run THOROUGH examples at the rate measured here.
+    """
+    from hypothesis import settings as hypothesis_settings
+
+    thorough = profile_settings("thorough")
+    measured = hypothesis_settings(thorough, max_examples=sample)
+    rows = []
+    for target in TARGETS:
+        for dtype in ("float64", "float32"):
+            impl = load_implementation(target, dtype=dtype)
+            seconds = examples = 0.0
+            for inv in all_invariants():
+                outcome = run_invariant(inv, impl, settings=measured)
+                if outcome.status == "skipped":
+                    continue
+                rate = outcome.seconds / max(outcome.examples, 1)
+                runs = thorough.max_examples if outcome.examples >= sample else outcome.examples
+                seconds += rate * runs
+                examples += runs
+            rows.append((target, dtype, int(examples), seconds))
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="ci", choices=PROFILE_NAMES)
     parser.add_argument("--skip-pytest", action="store_true", help="only the in-process examples/s table")
+    parser.add_argument("--soak-estimate", type=int, metavar="N", help="estimate the thorough soak from N examples per invariant, and stop")
     args = parser.parse_args(argv)
+    if args.soak_estimate:
+        print(f"thorough soak, estimated from {args.soak_estimate} examples per invariant (one process, in-process run_invariant)")
+        print(f"{'target':18} {'dtype':8} {'examples':>10} {'minutes':>8}")
+        total = 0.0
+        for target, dtype, examples, seconds in soak_estimate(args.soak_estimate):
+            print(f"{target:18} {dtype:8} {examples:10,d} {seconds / 60:8.1f}")
+            total += seconds
+        print(f"{'total':27} {'':>10} {total / 60:8.1f}  (about {total / 120:.0f} min of wall time with -n 2)")
+        return
     if not args.skip_pytest:
         print(f"pytest invariants, profile {args.profile}")
         print(f"{'target':18} {'workers':8} {'wall s':>8}  result")

@@ -7,6 +7,7 @@ Options (each also an environment variable; the command line wins):
     --impl-dtype NAME       TI_DTYPE     float64 | float32 | float16 | bfloat16 (default float64)
     --invariants-profile    TI_PROFILE   dev | ci | thorough (default dev; invariants.profiles)
     --repro-dir DIR         TI_REPRO_DIR a runnable repro_<invariant>.py per failure (default: none)
+    --invariants-json PATH  TI_JSON      one JSON record of the run, for `python -m htmlreport suite` (default: none)
 
 A guest in other projects' runs (registered through the `pytest11` entry point): it imports
 nothing heavy, loads no hypothesis profile and prints nothing unless the invariants run. Its
@@ -30,6 +31,8 @@ OPTIONS = (  # (flag, environment variable, default, help)
     ("--impl-dtype", "TI_DTYPE", "float64", "floating dtype of the inputs (float64 | float32 | float16 | bfloat16)"),
     ("--invariants-profile", "TI_PROFILE", "dev", "hypothesis settings for the invariants: dev | ci | thorough"),
     ("--repro-dir", "TI_REPRO_DIR", None, "write a runnable repro_<invariant>.py (plain python, no hypothesis) for each failure into this folder"),
+    ("--invariants-json", "TI_JSON", None, "write the run's record (one entry per invariant) to this JSON file at the end; "
+     "{impl}, {backend}, {device} and {dtype} in the path are filled in"),
 )
 
 
@@ -75,6 +78,9 @@ def pytest_configure(config):
     if profile not in PROFILE_NAMES:
         source = "--invariants-profile" if config.getoption("invariants_profile") is not None else "TI_PROFILE"
         raise pytest.UsageError(f"{source}={profile!r} is not one of {', '.join(PROFILE_NAMES)}")
+    path = _option(config, "--invariants-json")
+    if path and not hasattr(config, "workerinput"):  # under xdist the controller alone writes, from the workers' reports
+        config.pluginmanager.register(_JsonRecord(config, path), "invariants-json")
 
 
 def _cuda_missing(device):
@@ -200,6 +206,96 @@ def _diagnosis_lines(runs):
     return lines
 
 
+JSON_FORMAT = "transformer-invariants/suite-run"  # the record's "format"; "version" counts its incompatible changes
+JSON_VERSION = 1
+_SUITE_TEST = "test_invariants.py::test_invariant["
+
+
+class _JsonRecord:
+    """--invariants-json: collects every invariant's report (with its user properties) and writes one JSON file at the end.
+
+    Registered only when asked, and only on the controller: pytest_runtest_logreport there sees the
+    workers' reports too, user properties included, so the record is the same with or without xdist.
+    """
+
+    def __init__(self, config, path):
+        self.config = config
+        self.path = path
+        self.reports = {}  # invariant -> {phase: (outcome, properties, longrepr text)}
+
+    def pytest_runtest_logreport(self, report):
+        if _SUITE_TEST not in report.nodeid:
+            return
+        name = report.nodeid.split(_SUITE_TEST, 1)[1].rsplit("]", 1)[0]
+        text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+        self.reports.setdefault(name, {})[report.when] = (report.outcome, dict(report.user_properties), text)
+
+    def entry(self, name, phases, registry):
+        """One invariant's record: its status and counts from the user properties, or from pytest's outcome when it never ran."""
+        inv = registry.get(name)
+        entry = {"invariant": name, "component": inv.component if inv else name.split(".")[0],
+                 "statement": inv.statement if inv else "", "hint": inv.hint if inv else ""}
+        properties = {}
+        for when in ("setup", "call", "teardown"):
+            properties.update(phases.get(when, (None, {}, ""))[1])
+        if "invariant_status" in properties:
+            entry["status"] = properties["invariant_status"]
+            entry["examples"] = properties.get("examples", 0)
+        else:  # the implementation fixture skipped or failed it: no outcome was recorded
+            outcome = next((phases[w][0] for w in ("setup", "call") if w in phases and phases[w][0] != "passed"), "passed")
+            entry["status"] = {"passed": "passed", "skipped": "skipped"}.get(outcome, "error")
+            entry["examples"] = 0
+        for key in ("examples_to_failure", "declared", "failure", "report", "repro"):
+            if key in properties:
+                entry[key] = properties[key]
+        skipped = next((text for w in ("setup", "call") if w in phases and phases[w][0] == "skipped" for text in [phases[w][2]]), "")
+        failed = next((text for w in ("setup", "call") if w in phases and phases[w][0] == "failed" for text in [phases[w][2]]), "")
+        reason = properties.get("failure") or skipped.removeprefix("Skipped: ") or failed.split("\n")[0]
+        entry["reason"] = reason or (f"held on {entry['examples']} examples" if entry["status"] == "passed" else "")
+        if entry["status"] in ("failed", "error") and "report" not in entry and failed:
+            entry["report"] = failed
+        if entry.get("repro"):
+            script = Path(entry["repro"])
+            if script.is_file() and script.stat().st_size <= 64 * 1024:
+                entry["repro_source"] = script.read_text(encoding="utf-8")
+        return entry
+
+    def record(self):
+        from invariants.registry import all_invariants
+
+        chosen = selection(self.config)
+        registry = {inv.name: inv for inv in all_invariants()}  # in the suite's order, component by component
+        order = {name: i for i, name in enumerate(registry)}
+        invariants = [self.entry(name, phases, registry) for name, phases in sorted(self.reports.items(), key=lambda t: order.get(t[0], len(order)))]
+        return {
+            "format": JSON_FORMAT, "version": JSON_VERSION,
+            "implementation": repr(chosen.impl) if chosen.impl is not None else f"{chosen.target} ({chosen.dtype}, {chosen.device})",
+            "target": chosen.target, "backend": chosen.impl.backend if chosen.impl is not None else chosen.backend,
+            "device": chosen.device, "dtype": chosen.dtype, "profile": chosen.profile,
+            "declared": {k: v for k, v in chosen.impl.declarations.items()} if chosen.impl is not None else {},
+            "not_loaded": None if chosen.impl is not None else (chosen.skip_reason or chosen.error),
+            "summary": {status: sum(e["status"] == status for e in invariants) for status in ("passed", "failed", "error", "skipped")},
+            "invariants": invariants,
+        }
+
+    def pytest_sessionfinish(self, session):
+        import json
+        import re
+
+        record = self.record()
+        slug = {"impl": re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(record["target"].split(":")[0]).stem or record["target"]),
+                "backend": record["backend"] or "unknown", "device": record["device"].replace(":", "_"), "dtype": record["dtype"]}
+        path = Path(self.config.invocation_params.dir) / self.path.format(**slug)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        self.written = path
+
+    def pytest_terminal_summary(self, terminalreporter):
+        written = getattr(self, "written", None)
+        if written is not None:
+            terminalreporter.write_line(f"transformer-invariants: the run's record is in {written} (python -m htmlreport suite {written})")
+
+
 @pytest.fixture(scope="session")
 def impl(request):
     """The implementation under test (an invariants.protocol.Implementation)."""
@@ -238,6 +334,8 @@ def record_outcome(request):
             properties.append(("declared", True))
         if outcome.status in ("failed", "error") and not outcome.check_crashed:
             properties.append(("failure", outcome.reason))
+        if outcome.report:  # the whole failure, for --invariants-json (and the JUnit XML's properties)
+            properties.append(("report", outcome.report))
         request.node.user_properties.extend(properties)
 
     return record

@@ -11,11 +11,13 @@ from invariants.runner import run_invariant
 
 
 @pytest.mark.parametrize("inv", all_invariants(), ids=lambda inv: inv.name)
-def test_invariant(inv, impl, invariant_settings, record_outcome, repro_dir):
+def test_invariant(inv, impl, invariant_settings, record_outcome, repro_dir, record_property):
     outcome = run_invariant(inv, impl, settings=invariant_settings)
     record_outcome(outcome)
     if outcome.status == "skipped":
         pytest.skip(outcome.reason)
     if not outcome.passed:
         script = write_repro(outcome, impl, repro_dir) if repro_dir else None
+        if script:
+            record_property("repro", str(script))  # --invariants-json embeds the script
         pytest.fail(outcome.report + (f"\nrepro: python {script}" if script else ""), pytrace=False)

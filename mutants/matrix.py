@@ -380,6 +380,45 @@ def select(mutants, pattern):
     return [m for m in mutants if fnmatch.fnmatchcase(m.name, pattern) or pattern in m.name]
 
 
+def _duration(seconds):
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+class _Progress:
+    """Progress on stderr, called as each mutant is done: a tqdm bar with the time left on a terminal; in a log (not a
+    terminal, or without tqdm) one plain line per mutant with the estimate at its end, and never a redrawn line."""
+
+    def __init__(self, total, start):
+        self.total, self.start, self.done = total, start, 0
+        self.bar = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:  # the progress extra is not installed: the plain lines
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=total, unit="mutant", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
+                                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]")
+
+    def __call__(self, row):
+        self.done += 1
+        verdict = f"{row.first_failure} after {row.examples} examples" if row.killed else "SURVIVED"
+        line = f"[{self.done}/{self.total}] {row.mutant}: {verdict} ({row.suite_seconds:.1f} s)"
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+            self.bar.update(1)
+            return
+        left = self.total - self.done
+        if left:  # the mean time per mutant so far, times the mutants still to do
+            line += f"; about {_duration((time.perf_counter() - self.start) / self.done * left)} left"
+        print(line, file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m mutants.matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="ci", choices=PROFILE_NAMES, help="hypothesis profile (default ci: 60 examples, derandomized)")
@@ -392,7 +431,8 @@ def main(argv=None):
                         help="run every invariant on each mutant, not only up to the first failure: the failing sets the diagnosis learns from")
     parser.add_argument("--signatures", metavar="FILE",
                         help="with --whole: write each mutant's failing and holding invariants to FILE (the shipped one: invariants/signatures.json)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr (without it: a bar with the time left on a terminal, one line per mutant in a log)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} must be at least 1")
@@ -401,16 +441,13 @@ def main(argv=None):
     mutants = select(all_mutants(), args.only)
     if not mutants:
         parser.error(f"--only={args.only!r} matches no mutant")
-    done = []
-
-    def progress(row):
-        done.append(row)
-        verdict = f"{row.first_failure} after {row.examples} examples" if row.killed else "SURVIVED"
-        print(f"[{len(done)}/{len(mutants)}] {row.mutant}: {verdict} ({row.suite_seconds:.1f} s)", file=sys.stderr, flush=True)
-
     start = time.perf_counter()
-    rows = kill_matrix(mutants, profile=args.profile, jobs=args.jobs, prune=args.prune, whole=args.whole,
-                       progress=None if args.quiet else progress)
+    progress = None if args.quiet else _Progress(len(mutants), start)
+    try:
+        rows = kill_matrix(mutants, profile=args.profile, jobs=args.jobs, prune=args.prune, whole=args.whole, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     summary = summarise(rows, wall_seconds=time.perf_counter() - start, whole=args.whole)
     if args.signatures:
         write_signatures(rows, args.signatures)

@@ -1,0 +1,103 @@
+"""python -m htmlreport: suite, batch, figures, screenshot (see htmlreport/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def _figure_options(p):
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--figures", metavar="DIR", help="take the figures' PNGs from DIR (e.g. examples/figures) instead of drawing them")
+    group.add_argument("--no-figures", action="store_true", help="leave the figures out")
+    p.add_argument("--max-repro-bytes", type=int, default=16384, metavar="N", help="embed repro scripts up to N bytes (default 16384)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m htmlreport", description="HTML reports and the lesson's figures.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    suite = sub.add_parser("suite", help="a report of suite runs: the JSON records of pytest --invariants-json, one column each")
+    suite.add_argument("records", nargs="+", metavar="RECORD.json")
+    _figure_options(suite)
+    batch = sub.add_parser("batch", help="a class report of a gate batch: the -o folder of invariants-gate --batch")
+    batch.add_argument("folder", metavar="OUT")
+    _figure_options(batch)
+    figures = sub.add_parser("figures", help="write the lesson's figures as PNGs (needs matplotlib)")
+    figures.add_argument("-o", "--output", default="examples/figures", metavar="DIR", help="default examples/figures")
+    shot = sub.add_parser("screenshot", help="render an HTML file in headless Chromium and write a PNG of it")
+    shot.add_argument("html", metavar="REPORT.html")
+    shot.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    shot.add_argument("--width", type=int, default=1280)
+    shot.add_argument("--height", type=int, default=900)
+    shot.add_argument("--open-first-card", action="store_true", help="click the first failure card open and show it")
+    examples = sub.add_parser("examples", help="regenerate the committed examples (figures, the two reports, screenshots); from a clone")
+    examples.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers per suite run (default 2)")
+    examples.add_argument("--no-screenshots", action="store_true", help="skip the screenshots (no Chromium)")
+    examples.add_argument("--keep", metavar="DIR", help="run the suite in DIR and keep its records; records already there are reused")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.command == "figures":
+        from htmlreport import figures
+
+        try:
+            paths = figures.write(args.output)
+        except ImportError as exc:
+            print(f"htmlreport: the figures need matplotlib ({exc}); pip install 'transformer-invariants[report]'", file=sys.stderr)
+            return 2
+        for path in paths:
+            print(f"{path} ({path.stat().st_size:,} bytes)")
+        return 0
+    if args.command == "examples":
+        from htmlreport.examples import regenerate
+
+        for path in regenerate(jobs=args.jobs, screenshots=not args.no_screenshots, keep=args.keep,
+                               log=lambda line: print(f"  {line}", file=sys.stderr)):
+            print(f"{path} ({path.stat().st_size:,} bytes)")
+        return 0
+    if args.command == "screenshot":
+        from htmlreport.browser import BrowserError, png_size, screenshot
+
+        try:
+            problems, timing = screenshot(args.html, args.output, width=args.width, height=args.height, open_first_card=args.open_first_card)
+        except BrowserError as exc:
+            print(f"htmlreport: {exc}", file=sys.stderr)
+            return 2
+        w, h = png_size(Path(args.output).read_bytes())
+        print(f"{args.output}: {w} x {h}, {Path(args.output).stat().st_size:,} bytes; DOMContentLoaded at {timing['dom_content_loaded']:.0f} ms, "
+              f"load event at {timing['load']:.0f} ms")
+        for problem in problems:
+            print(f"  problem: {problem}", file=sys.stderr)
+        return 1 if problems else 0
+    import htmlreport
+
+    figures = False if args.no_figures else (args.figures or None)
+    if figures is None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("htmlreport: matplotlib is not installed, so the report has no figures (pip install 'transformer-invariants[report]')",
+                  file=sys.stderr)
+    started = time.perf_counter()
+    try:
+        if args.command == "suite":
+            text = htmlreport.suite_html(args.records, figures=figures, max_repro_bytes=args.max_repro_bytes)
+        else:
+            text = htmlreport.batch_html(args.folder, figures=figures, max_repro_bytes=args.max_repro_bytes)
+    except htmlreport.InputError as exc:
+        print(f"htmlreport: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"{out}: {len(text.encode()):,} bytes in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
