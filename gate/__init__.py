@@ -3,9 +3,12 @@
     invariants-gate student.zip -a assignments/p01.toml -o reports/      (docs/gate.md)
 
 The trusted parent (gate.grade) runs hypothesis, the reference and every comparison; the
-submission runs in a confined worker process (gate.worker, gate.sandbox) and answers with
-plain arrays over a pipe (gate.wire). This package imports nothing heavy at the top: the
-worker imports gate.wire through it before it loads a submission.
+submission runs in a worker process (gate.worker, started by gate.sandbox) that the kernel
+confines to a root of its own (gate.confine: bubblewrap, or gate.launch with unshare as root)
+and answers with plain arrays over a pipe (gate.wire). What a pass earns is checked too:
+degenerate functions (gate.degenerate), forbidden APIs (gate.scan) and code copied from the
+reference (gate.similarity) earn nothing. Batches, shards and their merge: gate.batch.
+This package imports nothing heavy at the top.
 """
 
 __all__ = ["grade", "load_assignment"]

@@ -2,10 +2,12 @@
 
     invariants-gate student.zip -a assignments/p01.toml -o reports/
     invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --jobs 2
+    invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --shard 3/8   # one CI job of eight
+    invariants-gate --merge shards/ -o summary/                                              # the class summary of all eight
     invariants-gate my_code/ -a assignments/p01.toml --visible-only      # a student's preview
 
 Exit codes: 0 passed, 1 failed, 2 usage or assignment-file error, 3 not gradable, 4 gate error.
-A batch exits 0 when every submission got a verdict, 4 when the gate failed on any.
+A batch (and a merge) exits 0 when every submission got a verdict, 4 when the gate failed on any.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ def _parser():
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated report formats (default: all of {','.join(FORMATS)})")
     p.add_argument("--batch", action="store_true", help="each SUBMISSION is a folder holding many submissions")
     p.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded in parallel in a batch (default 1)")
+    p.add_argument("--shard", metavar="K/N", help="with --batch: grade only the K-th of N deterministic shares (round robin over the "
+                                                  "sorted folder); merge the shards' reports with --merge")
+    p.add_argument("--merge", nargs="+", metavar="DIR", help="build the class summary from the reports under DIR... (shards' "
+                                                             "outputs) into -o; no grading")
     p.add_argument("--visible-only", action="store_true", help="run only the visible invariants: what a student previews locally")
     p.add_argument("--show-hidden", action="store_true", help="name hidden invariants in the terminal, Markdown and JUnit reports")
     p.add_argument("--seed", type=int, help="a fixed hypothesis seed (to reproduce a report's seed)")
@@ -82,7 +88,8 @@ def grade_and_report(path, out_dir, options, *, state):
 
     assignment = load(options, state)
     result = grade(path, assignment, seed=options.get("seed"), secret=_secret(options, assignment),
-                   scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False))
+                   scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False),
+                   hidden=[*options.get("hidden", ()), str(Path(out_dir).resolve())])
     written = write_reports(result, out_dir, options["formats"], show_hidden=options.get("show_hidden", False))
     return result, written
 
@@ -113,12 +120,26 @@ def main(argv=None):
     options = {"assignment": args.assignment, "formats": formats, "seed": args.seed, "secret_env": args.secret_env,
                "secret_file": args.secret_file, "max_examples": args.max_examples, "entry": args.entry,
                "visible_only": args.visible_only, "show_hidden": args.show_hidden, "scratch_root": args.scratch_root,
-               "keep_scratch": args.keep_scratch}
+               "keep_scratch": args.keep_scratch, "hidden": [str(Path(p).resolve()) for p in args.submissions]}
     from gate.config import ConfigError
 
     try:
         if args.list:
             return _list(options)
+        if args.merge:
+            return _merge(args)
+        shard = None
+        if args.shard:
+            from gate.batch import parse_shard
+
+            try:
+                shard = parse_shard(args.shard)
+            except ValueError as exc:
+                print(f"invariants-gate: {exc}", file=sys.stderr)
+                return R.USAGE_ERROR_EXIT
+            if not args.batch:
+                print("invariants-gate: --shard splits a --batch: add --batch FOLDER", file=sys.stderr)
+                return R.USAGE_ERROR_EXIT
         if not args.assignment:
             print("invariants-gate: pass the assignment file with -a/--assignment (e.g. assignments/p01.toml)", file=sys.stderr)
             return R.USAGE_ERROR_EXIT
@@ -134,7 +155,7 @@ def main(argv=None):
             print(f"invariants-gate: {assignment.path} selects no invariant{' that is visible' if args.visible_only else ''}", file=sys.stderr)
             return R.USAGE_ERROR_EXIT
         if args.batch or len(args.submissions) > 1:
-            return _batch(args, options)
+            return _batch(args, options, shard)
         return _single(args.submissions[0], args, options, state)
     except ConfigError as exc:
         print(f"invariants-gate: {exc}", file=sys.stderr)
@@ -159,8 +180,11 @@ def _single(path, args, options, state):
     return result.exit_code
 
 
-def _batch(args, options):
-    from gate.batch import batch_exit_code, grade_folder, submissions_in, write_summary
+def _batch(args, options, shard=None):
+    import time
+
+    from gate.batch import batch_exit_code, grade_folder, submissions_in, timing, write_manifest, write_summary
+    from gate.text import neutralise
 
     paths = []
     for given in args.submissions:
@@ -172,10 +196,31 @@ def _batch(args, options):
     if not paths:
         print("invariants-gate: no submissions found (.py files, .zip files or folders)", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
-    rows = grade_folder(paths, args.out, options, jobs=args.jobs)
-    written = write_summary(rows, args.out, load(options, {}).name)
+    began = time.monotonic()
+    rows = grade_folder(paths, args.out, options, jobs=args.jobs, shard=shard)
     for row in rows:
-        print(f"{row['verdict']:<13} {row['score']:>6g}/{row['max_score']:<6g} {row['submission']}: {row['reason']}")
+        print(neutralise(f"{row['verdict']:<13} {row['score']:>6g}/{row['max_score']:<6g} {row['submission']}: {row['reason']}"))
+    wall = time.monotonic() - began
+    print(f"graded {len(rows)} submission(s) in {wall:.0f} s with {args.jobs} job(s): {timing(rows)}")
+    if shard is not None:
+        manifest = write_manifest(args.out, shard, rows, len(paths))
+        print(f"shard {shard[0]} of {shard[1]}: {len(rows)} of {len(paths)} submissions; {manifest} (merge the shards with --merge)")
+    else:
+        written = write_summary(rows, args.out, load(options, {}).name)
+        print("class summary: " + ", ".join(str(p) for p in written))
+    return batch_exit_code(rows)
+
+
+def _merge(args):
+    from gate.batch import MergeError, batch_exit_code, merge_rows, timing, write_summary
+
+    try:
+        rows = merge_rows(args.merge)
+    except MergeError as exc:
+        print(f"invariants-gate: --merge: {exc}", file=sys.stderr)
+        return R.USAGE_ERROR_EXIT
+    written = write_summary(rows, args.out, rows[0]["assignment"])
+    print(f"merged {len(rows)} report(s): {timing(rows)}")
     print("class summary: " + ", ".join(str(p) for p in written))
     return batch_exit_code(rows)
 

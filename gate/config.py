@@ -15,19 +15,22 @@ from pathlib import Path
 
 import tomllib
 
+from gate.confine import TOOLS
 from gate.sandbox import Limits
 from invariants.profiles import PROFILE_NAMES
 from invariants.protocol import BACKENDS, DTYPES
 from invariants.registry import COMPONENTS, all_invariants
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
+PROTECTIONS = ("filesystem", "tmp", "pid", "network", "cpu", "memory", "file_size", "core_dumps", "user", "processes", "new_privileges")
 SECTIONS = {
     "assignment": {"name", "backend", "dtype", "device", "entry"},
     "examples": {"profile", "max_examples"},
     "limits": {f.name for f in fields(Limits)},
     "forbidden": {"apis", "on_use"},
     "seed": {"secret_env", "secret_file"},
-    "sandbox": {"drop_user", "network_namespace"},
+    "sandbox": {"drop_user", "network_namespace", "tool", "require"},
+    "similarity": {"reference", "flag_above", "fail_above"},
     "invariants": None,  # a list of tables, checked entry by entry
 }
 ENTRY_KEYS = {"select", "points", "visibility", "exclude"}
@@ -68,14 +71,23 @@ class Assignment:
     secret_file: str | None
     drop_user: bool
     network_namespace: bool
-    selected: tuple  # of Selected, in the file's order
-    excluded: tuple  # of (invariant name, why the gate leaves it out)
+    tool: str = "auto"  # how the worker is confined: auto | bubblewrap | unshare | none (gate.confine)
+    require: tuple = ()  # protections without which the gate refuses to grade (names of the report's protections table)
+    similarity_reference: bool = True  # compare the submission's code with the reference's
+    flag_above: float = 0.5  # similarity shown as evidence from here
+    fail_above: float | None = None  # similarity to the reference that fails the submission (None: never)
+    selected: tuple = ()  # of Selected, in the file's order
+    excluded: tuple = ()  # of (invariant name, why the gate leaves it out)
 
     def visible_only(self):
-        """The same assignment restricted to its visible invariants: what a student previews locally."""
+        """The same assignment restricted to its visible invariants: what a student previews locally.
+
+        A preview runs the student's own code on the student's machine, so it does not insist on
+        the sandbox protections the assignment requires of the course's CI.
+        """
         from dataclasses import replace
 
-        return replace(self, selected=tuple(s for s in self.selected if s.visibility == "visible"))
+        return replace(self, selected=tuple(s for s in self.selected if s.visibility == "visible"), require=())
 
 
 def _fail(where, key, value, fix):
@@ -202,6 +214,24 @@ def load_assignment(path):
     for key in ("drop_user", "network_namespace"):
         if not isinstance(sandbox.get(key, True), bool):
             _fail(where, f"[sandbox] {key}", sandbox[key], "must be true or false")
+    tool = _choice(sandbox, "tool", ("auto", *TOOLS), "auto", where)
+    require = sandbox.get("require", [])
+    if not isinstance(require, list) or not all(isinstance(r, str) for r in require):
+        _fail(where, "[sandbox] require", require, f"must be a list of protections, e.g. [\"filesystem\", \"pid\"]; known: {', '.join(PROTECTIONS)}")
+    for name in require:
+        if name not in PROTECTIONS:
+            close = difflib.get_close_matches(name, PROTECTIONS, n=1)
+            _fail(where, "[sandbox] require", name, f"is not a protection; known: {', '.join(PROTECTIONS)}" +
+                  (f" (did you mean {close[0]}?)" if close else ""))
+    similarity = _table(data, "similarity", where)
+    if not isinstance(similarity.get("reference", True), bool):
+        _fail(where, "[similarity] reference", similarity["reference"], "must be true or false")
+    thresholds = {}
+    for key, default in (("flag_above", 0.5), ("fail_above", None)):
+        value = similarity.get(key, default)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1):
+            _fail(where, f"[similarity] {key}", value, "must be a share between 0 and 1, e.g. 0.6 for 60%")
+        thresholds[key] = None if value is None else float(value)
     entry = a.get("entry") or None
     if entry is not None and not isinstance(entry, str):
         _fail(where, "entry", entry, "must be a path such as \"submission.py\" inside the submission")
@@ -214,5 +244,7 @@ def load_assignment(path):
         forbidden=tuple(apis), on_forbidden=_choice(forbidden, "on_use", ("report", "fail"), "report", where),
         secret_env=seed.get("secret_env") or None, secret_file=seed.get("secret_file") or None,
         drop_user=sandbox.get("drop_user", True), network_namespace=sandbox.get("network_namespace", True),
+        tool=tool, require=tuple(require), similarity_reference=similarity.get("reference", True),
+        flag_above=thresholds["flag_above"], fail_above=thresholds["fail_above"],
         selected=selected, excluded=excluded,
     )

@@ -24,11 +24,13 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 from hypothesis import settings as hypothesis_settings
 
+from gate import confine, degenerate, similarity
 from gate import result as R
 from gate.sandbox import Worker, WorkerLost
-from gate.scan import scan_files
+from gate.scan import Reach, scan_files
 from gate.submission import SubmissionError, materialise
 from gate.text import clean_output
 from invariants.boundary import to_numpy
@@ -58,8 +60,9 @@ def secret_fingerprint(secret):
 class Session:
     """The worker for one submission, restarted after it is lost, and the run's three clocks."""
 
-    def __init__(self, layout, assignment, scratch, backend, run_deadline):
+    def __init__(self, layout, assignment, scratch, backend, run_deadline, *, tool=None, hidden=()):
         self.layout, self.assignment, self.scratch = layout, assignment, scratch
+        self.tool, self.hidden = tool, list(hidden)
         self.backend = backend
         self.limits = assignment.limits
         self.run_deadline = run_deadline
@@ -67,6 +70,7 @@ class Session:
         self.worker = None
         self.starts = 0
         self.evidence = []
+        self.used = {}  # {protocol function: forbidden APIs used during its calls}, from workers already stopped
 
     def start(self):
         self.starts += 1
@@ -75,6 +79,7 @@ class Session:
             dtype=self.assignment.dtype, limits=self.limits, forbidden=self.assignment.forbidden,
             functions={name: list(spec.params) for name, spec in FUNCTIONS.items()}, conventions=list(CONVENTIONS),
             drop_user=self.assignment.drop_user, network_namespace=self.assignment.network_namespace, generation=self.starts,
+            tool=self.tool, hidden=self.hidden, require=self.assignment.require,
         )
         return self.worker.start()
 
@@ -86,6 +91,15 @@ class Session:
         if self.worker is not None:
             self.worker.stop()
             self.evidence += [e for e in self.worker.evidence if e not in self.evidence]
+            for name, apis in self.worker.used.items():
+                self.used.setdefault(name, set()).update(apis)
+
+    def used_apis(self):
+        """{protocol function: forbidden APIs the worker saw it use}, over every worker this session started."""
+        used = {name: set(apis) for name, apis in self.used.items()}
+        for name, apis in (self.worker.used if self.worker is not None else {}).items():
+            used.setdefault(name, set()).update(apis)
+        return used
 
     def call(self, name, args):
         now = time.monotonic()
@@ -124,9 +138,13 @@ class WorkerTransport:
         self.session = session
         self.functions = frozenset(functions)
         self.declarations = declarations
+        self.log = degenerate.CallLog()  # a few of each function's calls and answers, for the vacuous-pass check
 
     def call(self, name, args):
-        return to_numpy(self.session.call(name, args), name)
+        answer = to_numpy(self.session.call(name, args), name)
+        if self.log.current is not None:
+            self.log.record(name, args, answer)
+        return answer
 
     def raw(self, name):
         raise ImplementationError(f"{name} runs in the gate's worker: its own callables never reach the parent")
@@ -145,6 +163,12 @@ def _record(inv_result, status, reason, details="", examples=0):
     """Set an invariant's status and what goes with it: the one place the grading loop sets a status."""
     inv_result.status, inv_result.reason, inv_result.details, inv_result.examples = status, reason, details, examples
     inv_result.score = inv_result.max_score if status == "passed" else 0.0
+
+
+def _void(inv_result, status, reason):
+    """A passed invariant that earns nothing: "vacuous" (its function is degenerate) or "voided" (forbidden code, copied code)."""
+    details = f"The property held on every example ({inv_result.reason}), but it earns no points: {reason}."
+    _record(inv_result, status, reason, details, inv_result.examples)
 
 
 def _record_outcome(inv_result, outcome):
@@ -166,8 +190,12 @@ def _evidence(items):
     return out
 
 
-def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, keep_scratch=False):
-    """Grade one submission (a path) against an Assignment; a GradeResult, whatever the submission does."""
+def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, keep_scratch=False, hidden=(), cohort=None):
+    """Grade one submission (a path) against an Assignment; a GradeResult, whatever the submission does.
+
+    hidden: more host paths the worker must not see (a batch's folder, the reports); cohort: the
+    batch's other submissions' fingerprints (gate.similarity), when the batch compares them.
+    """
     start = time.monotonic()
     result = R.GradeResult(
         assignment={"name": assignment.name, "path": assignment.path, "sha256": assignment.sha256, "backend": assignment.backend,
@@ -187,7 +215,7 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
     os.chmod(scratch, 0o755)
     session = None
     try:
-        session = _grade_into(result, submission, assignment, scratch, seed, secret, start)
+        session = _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden)
     except Exception as exc:  # noqa: BLE001 - the gate's own failure still gets a report
         result.verdict = R.GATE_ERROR
         result.reason = f"the gate failed: {type(exc).__name__}: {exc}"
@@ -235,7 +263,7 @@ def _not_gradable(result, reason):
             inv.reason = "not run: the submission could not be graded"
 
 
-def _grade_into(result, submission, assignment, scratch, seed, secret, start):
+def _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden=()):
     from gate.sandbox import BLOCKED_PACKAGES
 
     try:
@@ -252,12 +280,22 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start):
     else:
         result.seed = {"mode": "derandomized", "value": None}
     result.evidence = scan_files(layout.root, layout.python_files(), forbidden=assignment.forbidden, blocked=set(BLOCKED_PACKAGES))
+    _compare_code(result, layout, assignment)
 
     backend = assignment.backend if assignment.backend != "any" else None
-    session = Session(layout, assignment, scratch, backend, start + assignment.limits.run_seconds)
+    tool = confine.choose(assignment.tool)
+    source = Path(str(submission)).resolve()
+    hidden = [assignment.path, assignment.secret_file, str(source), str(source.parent), *hidden]
+    session = Session(layout, assignment, scratch, backend, start + assignment.limits.run_seconds, tool=tool, hidden=hidden)
     loaded = session.start()
     result.protections = loaded.protections
+    result.sandbox = {"tool": tool.name, "detail": tool.detail, "missing": list(loaded.missing), "required": list(assignment.require),
+                      "seconds": round(session.worker.start_seconds, 3)}  # the sandbox's start-up
     result.submission.update(backend=loaded.backend, functions=loaded.functions)
+    if loaded.problem is not None and loaded.problem["kind"] == "refused":
+        result.verdict = R.GATE_ERROR
+        result.reason = loaded.problem["message"]
+        return session
     if loaded.problem is not None:
         _not_gradable(result, loaded.problem["message"])
         return session
@@ -298,7 +336,9 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start):
             continue
         began = time.monotonic()
         session.invariant_deadline = began + session.limits.invariant_seconds
+        transport.log.current = inv.name
         outcome = run_invariant(inv, impl, settings=settings, seed=seed, shrink_limit=session.limits.shrink_examples)
+        transport.log.current = None
         _record_outcome(inv_result, outcome)
         inv_result.seconds = round(time.monotonic() - began, 2)
         if outcome.lost:
@@ -309,8 +349,118 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start):
             elif losses >= assignment.limits.max_worker_losses:
                 stopped = f"not run: the worker was lost {losses} times (the limit is {assignment.limits.max_worker_losses})"
     result.submission["missing_functions"] = sorted(absent)
+    _vacuous(result, by_name, transport, session, assignment)
+    _void_forbidden(result, by_name, layout, session, assignment)
+    _void_copied(result, assignment)
     _verdict(result, assignment)
     return session
+
+
+# -- points that mean something -------------------------------------------------------------------
+
+
+class _Unchecked(Exception):
+    """The repeated call could not be made for a reason that is not the submission's (the run's clock, the gate)."""
+
+
+def _vacuous(result, by_name, transport, session, assignment):
+    """Passed invariants whose functions are degenerate (gate.degenerate) become "vacuous", 0 points."""
+    import reference.numpy as reference
+
+    passed = [r for r in result.invariants if r.status == "passed"]
+    needed = sorted({f for r in passed for f in by_name[r.name].invariant.requires if f in degenerate.CHECKED})
+    if not needed:
+        return
+
+    def ask(name, args):
+        if not session.alive:
+            try:
+                again = session.start()
+            except RuntimeError as exc:
+                raise _Unchecked(str(exc)) from None
+            if again.problem is not None:
+                raise ImplementationError(again.problem["message"])
+        session.invariant_deadline = None
+        try:
+            return transport.call(name, args)
+        except WorkerLost as lost:
+            session.stop()
+            if lost.cause == "run_timeout":
+                raise _Unchecked(lost.message) from None
+            raise ImplementationError(lost.message) from None
+
+    found = {}
+    held = {r.name for r in passed}
+    rng = np.random.default_rng(result.seed.get("value") or 0)  # the perturbations: as unpredictable as the examples
+    for name in needed:
+        try:
+            kind = degenerate.diagnose(name, transport.log.calls(name, held), reference, assignment.dtype, ask, rng)
+        except _Unchecked:
+            kind = None
+        if kind is not None:
+            found[name] = kind
+    result.submission["degenerate"] = found
+    for r in passed:
+        hit = [f for f in by_name[r.name].invariant.requires if f in found]
+        if hit:
+            _void(r, "vacuous", degenerate.explain(hit[0], found[hit[0]]))
+
+
+def _void_forbidden(result, by_name, layout, session, assignment):
+    """With on_use = "fail", passed invariants whose functions use a forbidden API (or the course's code) become "voided"."""
+    if assignment.on_forbidden != "fail":
+        return
+    items = [e for e in result.evidence if e["kind"] in ("forbidden_api", "blocked_import")]
+    used = session.used_apis()
+    if not items and not used:
+        return
+    reach = Reach(layout.root, layout.python_files(), FUNCTIONS)
+    everywhere, charged = None, {}  # evidence that reaches every invariant; {function: the forbidden name}
+    for e in items:
+        functions = None if e["kind"] == "blocked_import" else reach.functions(e["where"])
+        if functions is None:
+            everywhere = everywhere or e
+        else:
+            for f in functions:
+                charged.setdefault(f, e["name"])
+    for f, apis in used.items():
+        if apis:
+            charged.setdefault(f, sorted(apis)[0])
+    for r in result.invariants:
+        if r.status != "passed":
+            continue
+        hit = [f for f in by_name[r.name].invariant.requires if f in charged]
+        if everywhere is not None:
+            what = "imports the course's own code" if everywhere["kind"] == "blocked_import" else "uses"
+            _void(r, "voided", f"the submission {what} {everywhere['name']} (at {everywhere['where']}, in code every function may run), "
+                               "which the assignment forbids (on_use = \"fail\")")
+        elif hit:
+            _void(r, "voided", f"{hit[0]} uses {charged[hit[0]]}, which the assignment forbids (on_use = \"fail\")")
+
+
+def _compare_code(result, layout, assignment):
+    """Winnowing fingerprints of the submission, and its similarity to the reference (gate.similarity)."""
+    prints = similarity.fingerprint_files(layout.root, layout.python_files())
+    result.fingerprints = similarity.portable(prints)
+    if not assignment.similarity_reference:
+        return
+    match = similarity.compare(prints, similarity.reference_prints())
+    result.similarity = {"reference": match, "flag_above": assignment.flag_above, "fail_above": assignment.fail_above,
+                         "k": similarity.K, "window": similarity.W}
+    if match["score"] >= assignment.flag_above:
+        first = match["matches"][0] if match["matches"] else None
+        result.evidence.append({"kind": "copied_code", "name": "reference", "where": f"{first['file']}:{first['lines'][0]}" if first else "?",
+                                "detail": similarity.describe(match, "the reference"), "source": "similarity"})
+
+
+def _void_copied(result, assignment):
+    match = (result.similarity or {}).get("reference")
+    if assignment.fail_above is None or not match or match["score"] < assignment.fail_above:
+        return
+    for r in result.invariants:
+        if r.status == "passed":
+            _void(r, "voided", f"{100 * match['score']:.0f}% of the submission's code matches the reference "
+                               f"(the assignment fails a submission above {100 * assignment.fail_above:.0f}%)")
 
 
 def _verdict(result, assignment):
@@ -325,10 +475,23 @@ def _verdict(result, assignment):
         return
     bad = [inv for inv in result.invariants if inv.status != "passed"]
     forbidden = [e for e in result.evidence if e["kind"] in ("forbidden_api", "blocked_import")]
-    if bad:
+    match = (result.similarity or {}).get("reference")
+    if match and assignment.fail_above is not None and match["score"] >= assignment.fail_above:
+        result.verdict = R.FAILED
+        result.reason = (f"{100 * match['score']:.0f}% of the submission's code matches the reference (the assignment fails a "
+                         f"submission above {100 * assignment.fail_above:.0f}%): every invariant is voided")
+    elif bad:
         result.verdict = R.FAILED
         names = ", ".join(inv.name for inv in bad[:5]) + (", ..." if len(bad) > 5 else "")
         result.reason = f"{len(bad)} of {len(result.invariants)} required invariants did not pass: {names}"
+        notes = []
+        if any(i.status == "vacuous" for i in bad):
+            found = ", ".join(f"{f} is {k.replace('_', ' ')}" for f, k in result.submission.get("degenerate", {}).items())
+            notes.append(f"{sum(i.status == 'vacuous' for i in bad)} held only vacuously ({found})")
+        if any(i.status == "voided" for i in bad) and forbidden:
+            notes.append(f"{sum(i.status == 'voided' for i in bad)} voided: the submission uses what the assignment forbids ({forbidden[0]['name']})")
+        if notes:
+            result.reason += "; " + "; ".join(notes)
     elif forbidden and assignment.on_forbidden == "fail":
         result.verdict = R.FAILED
         result.reason = f"every invariant passed, but the submission uses what the assignment forbids: {forbidden[0]['name']}"

@@ -12,10 +12,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gate import result as R
+from gate.text import neutralise, neutralise_tree
 
 FILES = {"json": "report.json", "junit": "junit.xml", "gradescope": "results.json", "markdown": "summary.md"}
-MARK = {"passed": "✅", "failed": "❌", "error": "⚠️", "missing": "⛔", "skipped": "⏭️", "not_run": "⏭️"}
-WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "missing": "MISSING", "skipped": "SKIPPED", "not_run": "NOT RUN"}
+FINGERPRINTS = "fingerprints.json"  # written beside report.json: what `--merge` compares across a cohort
+MARK = {"passed": "✅", "failed": "❌", "error": "⚠️", "missing": "⛔", "skipped": "⏭️", "not_run": "⏭️", "vacuous": "🕳️", "voided": "🚫"}
+WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "missing": "MISSING", "skipped": "SKIPPED", "not_run": "NOT RUN",
+        "vacuous": "VACUOUS", "voided": "VOIDED"}
+FAILURES = ("failed", "vacuous", "voided")  # JUnit <failure>: the answers came, and they earn nothing; the rest are <error>
+REVIEW = ("forbidden_api", "blocked_import", "copied_code")
 VERDICT_WORDS = {R.PASSED: "passed", R.FAILED: "failed", R.NOT_GRADABLE: "not gradable", R.GATE_ERROR: "gate error"}
 
 
@@ -31,15 +36,15 @@ def _points(x):
 
 
 def headline(result):
-    return (f"{VERDICT_WORDS[result.verdict]} (exit {result.exit_code}): {result.reason}; "
-            f"score {_points(result.score)}/{_points(result.max_score)}")
+    return neutralise(f"{VERDICT_WORDS[result.verdict]} (exit {result.exit_code}): {result.reason}; "
+                      f"score {_points(result.score)}/{_points(result.max_score)}")
 
 
 # -- JSON ----------------------------------------------------------------------------------------
 
 
 def to_json(result):
-    return json.dumps(result.as_dict(), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(neutralise_tree(result.as_dict()), indent=2, ensure_ascii=False) + "\n"
 
 
 # -- JUnit XML -------------------------------------------------------------------------------------
@@ -54,10 +59,10 @@ def to_junit(result, *, show_hidden=False):
     if result.verdict == R.GATE_ERROR:
         cases.append(("gate", "gate.gate_error", "error", result.reason, result.output.get("gate_traceback", result.reason), 0.0))
     for inv in shown:
-        kind = None if inv.status == "passed" else "failure" if inv.status == "failed" else "error"
+        kind = None if inv.status == "passed" else "failure" if inv.status in FAILURES else "error"
         cases.append((f"invariants.{inv.component}", inv.name, kind, f"{inv.status}: {inv.reason}", inv.details or inv.reason, inv.seconds))
     for n, inv in enumerate(hidden, 1):
-        kind = None if inv.status == "passed" else "failure" if inv.status == "failed" else "error"
+        kind = None if inv.status == "passed" else "failure" if inv.status in FAILURES else "error"
         cases.append(("invariants.hidden", f"hidden.{n}", kind, f"hidden invariant: {inv.status}", "details are hidden", inv.seconds))
     if result.verdict == R.FAILED and result.reason.startswith("every invariant passed"):
         cases.append(("gate", "gate.forbidden_apis", "failure", result.reason, _evidence_text(result), 0.0))
@@ -81,7 +86,7 @@ def to_junit(result, *, show_hidden=False):
     suites.set("failures", suite.get("failures"))
     suites.set("errors", suite.get("errors"))
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    return neutralise('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n")
 
 
 def _evidence_text(result):
@@ -101,14 +106,14 @@ def to_gradescope(result):
         output = f"{inv.statement}\n\n{inv.details or inv.reason}" if not inv.passed else f"{inv.statement}\n\n{inv.reason}"
         tests.append({"name": inv.name, "score": inv.score, "max_score": inv.max_score,
                       "status": "passed" if inv.passed else "failed", "output": output, "visibility": inv.visibility})
-    evidence = [e for e in result.evidence if e["kind"] in ("forbidden_api", "blocked_import")]
+    evidence = [e for e in result.evidence if e["kind"] in REVIEW]
     if evidence:
-        tests.append({"name": "Forbidden APIs and the course's code (for review)", "score": 0, "max_score": 0,
+        tests.append({"name": "Forbidden APIs, the course's code and copied code (for review)", "score": 0, "max_score": 0,
                       "status": "failed", "output": _evidence_text(result), "visibility": "visible"})
-    return json.dumps({
+    return json.dumps(neutralise_tree({
         "score": result.score, "max_score": result.max_score, "execution_time": round(result.seconds),
         "output": headline(result), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
-    }, indent=2, ensure_ascii=False) + "\n"
+    }), indent=2, ensure_ascii=False) + "\n"
 
 
 # -- Markdown ------------------------------------------------------------------------------------
@@ -169,24 +174,36 @@ def to_markdown(result, *, show_hidden=False):
             lines += [f"<details><summary>{MARK[inv.status]} <code>{inv.name}</code>: {_cell(inv.statement)}</summary>", "",
                       _fenced(inv.details), "", "</details>", ""]
     if result.evidence:
-        lines += ["### Evidence for review", "", "Imports of the course's own code and uses of APIs the assignment forbids; "
-                  "a person decides what they mean.", "", "| Kind | Name | Where | Detail | Found by |", "|---|---|---|---|---|"]
+        lines += ["### Evidence for review", "", "Imports of the course's own code, uses of APIs the assignment forbids and code "
+                  "that matches the reference; a person decides what they mean.", "", "| Kind | Name | Where | Detail | Found by |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {_cell(e['kind'])} | `{_cell(e['name'])}` | {_cell(e['where'])} | {_cell(e['detail'])} | {_cell(e['source'])} |"
                   for e in result.evidence]
         lines.append("")
+    if (result.similarity or {}).get("reference"):
+        lines += [f"Similarity of the code to the reference: {_cell(_similarity_text(result))}.", ""]
     if result.excluded:
         lines += ["<details><summary>Selected but not gradable by the gate</summary>", ""]
         lines += [f"- `{e['name']}`: {_cell(e['reason'])}" for e in result.excluded]
         lines += ["", "</details>", ""]
     if result.protections:
-        lines += ["<details><summary>Sandbox</summary>", "", "| Protection | In effect |", "|---|---|"]
+        missing = result.sandbox.get("missing", [])
+        title = f"Sandbox ({result.sandbox.get('tool', '?')}{'; NOT in effect: ' + ', '.join(missing) if missing else ''})"
+        lines += [f"<details><summary>{_cell(title)}</summary>", "", "| Protection | In effect |", "|---|---|"]
         lines += [f"| {k} | {_cell(v)} |" for k, v in result.protections.items()]
         lines += ["", "</details>", ""]
     for stream in ("stdout", "stderr"):
         if result.output.get(stream):
             lines += [f"<details><summary>Submission {stream} ({result.output[f'{stream}_bytes']} bytes)</summary>", "",
                       _fenced(result.output[stream]), "", "</details>", ""]
-    return "\n".join(lines)
+    return neutralise("\n".join(lines))
+
+
+def _similarity_text(result):
+    sim = result.similarity
+    score = sim["reference"]["score"]
+    limits = [f"flagged from {100 * sim['flag_above']:.0f}%"] + ([f"failed from {100 * sim['fail_above']:.0f}%"] if sim.get("fail_above") else [])
+    return f"{100 * score:.0f}% ({', '.join(limits)}; winnowing, k = {sim['k']} tokens)"
 
 
 def _seed_text(seed):
@@ -217,8 +234,14 @@ def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30)
             lines += ["", f"--- {inv.name} ({WORD[inv.status]})", *cut]
     for e in result.evidence:
         lines.append(f"  evidence: {e['kind']} {e['name']} at {e['where']} ({e['detail']}; {e['source']})")
+    if (result.similarity or {}).get("reference"):
+        lines.append(f"  similarity to the reference: {_similarity_text(result)}")
+    if result.sandbox:
+        missing = result.sandbox.get("missing", [])
+        lines.append(f"  sandbox: {result.sandbox.get('detail', result.sandbox.get('tool'))}"
+                     + (f"; NOT in effect: {', '.join(missing)}" if missing else ""))
     lines += ["", f"verdict: {headline(result)} [{result.seconds:.1f} s]"]
-    return "\n".join(lines) + "\n"
+    return neutralise("\n".join(lines) + "\n")
 
 
 def write_reports(result, out_dir, formats=tuple(FILES), *, show_hidden=False):
@@ -232,4 +255,6 @@ def write_reports(result, out_dir, formats=tuple(FILES), *, show_hidden=False):
         path = out / FILES[fmt]
         path.write_text(writers[fmt](result), encoding="utf-8")
         written.append(path)
+    if "json" in formats and result.fingerprints:
+        (out / FINGERPRINTS).write_text(json.dumps(result.fingerprints, separators=(",", ":")) + "\n", encoding="utf-8")
     return written

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sandbox, similarity, the statuses vacuous and voided, submission.degenerate
 
 # Outcomes of a whole submission, and the process exit code of each.
 PASSED, FAILED, NOT_GRADABLE, GATE_ERROR = "passed", "failed", "not_gradable", "gate_error"
@@ -24,6 +24,8 @@ STATUSES = {
     "missing": "the submission does not provide a function this invariant needs",
     "skipped": "the invariant did not run on this submission (the reason says why); never a pass",
     "not_run": "the run stopped before this invariant (a time limit, a submission that could not load)",
+    "vacuous": "it held, but only vacuously: a function it calls is degenerate (constant, the identity, not finite or random)",
+    "voided": "it held, but the code it tests uses an API the assignment forbids (on_use = \"fail\"), or copies the reference",
 }
 VOLATILE = ("started_at", "seconds")  # keys whose values differ between two identical runs
 
@@ -58,14 +60,17 @@ class GradeResult:
     max_score: float = 0.0
     seed: dict = field(default_factory=dict)  # mode ("derandomized", "fixed", "secret"), value, secret_fingerprint
     protections: dict = field(default_factory=dict)
+    sandbox: dict = field(default_factory=dict)  # tool, detail, missing, required, seconds (the worker's start, to its hello)
     limits: dict = field(default_factory=dict)
     invariants: list = field(default_factory=list)  # of InvariantResult
     excluded: list = field(default_factory=list)  # [{"name", "reason"}]: selected by a glob, not gradable by the gate
     evidence: list = field(default_factory=list)  # [{"kind", "name", "where", "detail", "source"}]
+    similarity: dict = field(default_factory=dict)  # {"reference": {score, tokens, matched, matches[]}, flag_above, fail_above, k, window}
     output: dict = field(default_factory=dict)  # stdout, stderr (escaped, capped), stdout_bytes, stderr_bytes
     worker_starts: int = 0
     started_at: str = ""
     seconds: float = 0.0
+    fingerprints: dict = field(default_factory=dict, repr=False)  # gate.similarity.portable(); written to fingerprints.json, not report.json
 
     @property
     def exit_code(self):
@@ -74,7 +79,7 @@ class GradeResult:
     def as_dict(self):
         data = asdict(self)
         return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict, "exit_code": self.exit_code,
-                **{k: v for k, v in data.items() if k != "verdict"}}
+                **{k: v for k, v in data.items() if k not in ("verdict", "fingerprints")}}
 
 
 def without_volatile(data):

@@ -8,20 +8,23 @@ cannot carry a lying __eq__ and nothing the submission patches reaches the verdi
 from __future__ import annotations
 
 import builtins
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gate import wire
+from gate import confine, wire
 from gate.text import one_line, printable
 from invariants.protocol import ImplementationError, OutputError, TransportLost
 
-BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "gate", "mutants", "adapters", "conftest")
+BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "gate", "mutants", "adapters", "accounting", "conftest")
 UID_BASE = 1_500_000_000  # + the gate's pid: a uid no account uses, one per gate process (RLIMIT_NPROC counts per uid)
+SETUP_FAILED = 125  # gate/launch.py's exit status when it could not build the sandbox
 HELLO_SECONDS = 60  # the worker's own start (python and numpy) before any submission code
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import gate.worker as w; del sys.path[0]; w.main(sys.argv[2:])"
 
@@ -70,6 +73,7 @@ class Loaded:
     problem: dict | None  # {"kind": ..., "message": ...} when the submission could not be loaded
     evidence: list
     declarations: dict  # {convention: value} as the submission declares them (validated by the parent)
+    missing: list = field(default_factory=list)  # protections not in effect (names of rows in `protections`)
 
 
 def _signal_name(number):
@@ -104,7 +108,7 @@ class Worker:
     """One confined worker process for one submission; start() it, call() it, stop() it."""
 
     def __init__(self, *, scratch, layout, backend, device, dtype, limits, forbidden, functions, conventions=(),
-                 drop_user=True, network_namespace=True, generation=1):
+                 drop_user=True, network_namespace=True, generation=1, tool=None, hidden=(), require=()):
         self.scratch = Path(scratch)
         self.layout = layout  # gate.submission.Layout
         self.backend, self.device, self.dtype = backend, device, dtype
@@ -115,9 +119,16 @@ class Worker:
         self.uid = UID_BASE + os.getpid() if drop_user and os.getuid() == 0 else None
         self.network_namespace = network_namespace
         self.generation = generation
+        self.tool = tool or confine.Tool("none", "NOT CONFINED: no confinement was asked for")
+        self.hidden = list(hidden)  # host paths the worker must not see (the assignment, the secret file, other submissions)
+        self.require = list(require)  # protections without which the gate refuses to grade
         self.proc = None
+        self.init_pid = None  # the host pid of the sandbox's pid 1 (bubblewrap's or gate/launch.py's)
         self.evidence = []
+        self.used = {}  # {protocol function: forbidden APIs used during its calls}, from the worker's record
         self.dropped = False
+        self.view = None
+        self.start_seconds = 0.0  # from starting the process to the worker's hello (the sandbox's start-up included)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -126,10 +137,14 @@ class Worker:
         capture = self.scratch / "capture"
         for folder in (work, work / "tmp", capture):
             folder.mkdir(parents=True, exist_ok=True)
+        runtime = self.scratch / "runtime"
+        if not runtime.exists():
+            confine.copy_runtime(runtime)
         if self.uid is not None:
-            for path in [work, work / "tmp", *self._tree(self.layout.root)]:
+            mine = [work, work / "tmp"] + ([] if self.tool.confined else list(self._tree(self.layout.root)))
+            for path in mine:
                 os.chown(path, self.uid, self.uid, follow_symlinks=False)
-        return work, capture
+        return work, runtime
 
     @staticmethod
     def _tree(root):
@@ -143,12 +158,19 @@ class Worker:
         capture = self.scratch / "capture"
         return capture / f"stdout.{self.generation}.txt", capture / f"stderr.{self.generation}.txt"
 
+    def _inside(self, work, runtime):
+        """(work, submission, runtime) as the worker sees them."""
+        if self.tool.confined:
+            return confine.WORK, confine.SUBMISSION, confine.RUNTIME
+        return str(work), str(self.layout.root), str(runtime)
+
     def start(self):
         """Start the worker and load the submission; returns Loaded, or raises RuntimeError when the worker cannot start."""
-        work, _ = self._prepare_dirs()
+        work, runtime = self._prepare_dirs()
         out_path, err_path = self.capture_paths()
+        work_in, submission_in, runtime_in = self._inside(work, runtime)
         env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work / "tmp"),
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work_in, "TMPDIR": "/tmp" if self.tool.confined else f"{work_in}/tmp",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
         }
@@ -156,23 +178,33 @@ class Worker:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         request_r, self.request_w = os.pipe2(os.O_CLOEXEC)
         self.answer_r, answer_w = os.pipe2(os.O_CLOEXEC)
-        gate_parent = str(Path(__file__).resolve().parent.parent)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC) if self.tool.confined else (None, None)
+        python = [sys.executable, "-s", "-P", "-B", "-c", _BOOTSTRAP, runtime_in, str(request_r), str(answer_w)]
+        sandbox_rows, missing = {}, []
+        if self.tool.confined:
+            self.view = confine.View.for_worker(
+                work=work, submission=self.layout.root, runtime=runtime, hidden=self.hidden, network=self.network_namespace,
+                devices=confine.cuda_devices() if self.device.startswith("cuda") else (), cuda=self.device.startswith("cuda"))
+        sandbox_rows, missing = confine.describe(self.tool, self.view)
+        command = (self.view.command(self.tool, python, scratch=self.scratch, drop_user=self.uid is not None, info_fd=info_w)
+                   if self.tool.confined else python)
+        started = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-s", "-P", "-B", "-c", _BOOTSTRAP, gate_parent, str(request_r), str(answer_w)],
-                cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                pass_fds=(request_r, answer_w), start_new_session=True, close_fds=True,
+                command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                pass_fds=tuple(fd for fd in (request_r, answer_w, info_w) if fd is not None), start_new_session=True, close_fds=True,
             )
-        os.close(request_r)
-        os.close(answer_w)
+        for fd in (request_r, answer_w, info_w):
+            if fd is not None:
+                os.close(fd)
         os.set_blocking(self.request_w, False)
         os.set_blocking(self.answer_r, False)
         setup = {
-            "workdir": str(work), "limits": self.limits.for_worker(self.device), "uid": self.uid,
-            "network_namespace": self.network_namespace, "readable": [str(self.layout.root)],
-            "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
+            "workdir": work_in, "limits": self.limits.for_worker(self.device), "uid": self.uid,
+            "network_namespace": self.network_namespace, "confined": self.tool.name if self.tool.confined else None,
+            "readable": [submission_in], "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
             "conventions": self.conventions,
-            "submission_root": str(self.layout.root), "entry": self.layout.entry, "package": self.layout.package,
+            "submission_root": submission_in, "entry": self.layout.entry, "package": self.layout.package,
             "module_name": self.layout.module_name, "backend": self.backend, "device": self.device, "dtype": self.dtype,
         }
         try:
@@ -180,20 +212,33 @@ class Worker:
             hello = self._receive(time.monotonic() + HELLO_SECONDS)[0]
         except wire.WireError as exc:
             reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"no answer within {HELLO_SECONDS} s"
+            self._read_info(info_r)
             self.stop()
             raise RuntimeError(f"the worker could not start: {reason}; its stderr: {self.tail(err_path)}") from None
-        protections = dict(hello.get("protections", {}))
-        self.dropped = self.uid is not None and self._proc_uid() == self.uid
+        self.start_seconds = time.monotonic() - started
+        self._read_info(info_r)
+        self.dropped = self.uid is not None and hello.get("uid") == self.uid  # said before any submission code ran
+        protections = {**sandbox_rows, **dict(hello.get("protections", {}))}
+        missing += [m for m in hello.get("missing", []) if isinstance(m, str) and m in protections]
+        refused = [name for name in self.require if name in missing or name not in protections]
+        if refused:
+            self.stop()
+            rows = "; ".join(f"{name}: {protections.get(name, 'unknown')}" for name in refused)
+            return Loaded(protections, [], None, {"kind": "refused", "message": (
+                f"refused to grade: the assignment requires {', '.join(refused)}, not in effect on this host ({rows}); "
+                "install bubblewrap or run the gate as root (docs/gate.md)")}, [], {}, missing)
+        wire.send(self.request_w, {"op": "load"}, deadline=time.monotonic() + HELLO_SECONDS)
         try:
             loaded, _ = self._receive(time.monotonic() + self.limits.import_seconds)
         except wire.WireTimeout:
             self.stop()
             return Loaded(protections, [], None, {"kind": "import_timeout", "message":
-                          f"importing the submission did not finish within {self.limits.import_seconds:g} s"}, [], {})
+                          f"importing the submission did not finish within {self.limits.import_seconds:g} s"}, [], {}, missing)
         except wire.WireError as exc:
             reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"a malformed message ({exc})"
             self.stop()
-            return Loaded(protections, [], None, {"kind": "exit_at_import", "message": f"while importing the submission, {reason}"}, [], {})
+            return Loaded(protections, [], None, {"kind": "exit_at_import", "message": f"while importing the submission, {reason}"},
+                          [], {}, missing)
         evidence = self._evidence(loaded)
         functions = [n for n in loaded.get("functions", []) if n in self.functions] if isinstance(loaded.get("functions"), list) else []
         problem = loaded.get("problem")
@@ -206,25 +251,35 @@ class Worker:
         declarations = {k: v for k, v in declarations.items() if k in self.conventions}
         if problem is not None:
             self.stop()
-        return Loaded(protections, functions, backend, problem, evidence, declarations)
+        return Loaded(protections, functions, backend, problem, evidence, declarations, missing)
 
-    def _proc_uid(self):
+    def _read_info(self, fd):
+        """The sandbox's pid 1 (bubblewrap's --info-fd, or gate/launch.py's), so that stop() can wait for the whole namespace."""
+        if fd is None:
+            return
         try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-        except OSError:
+            if select.select([fd], [], [], 2)[0]:
+                data = os.read(fd, 4096)
+                pid = json.loads(data.decode() or "{}").get("child-pid")
+                self.init_pid = pid if isinstance(pid, int) and pid > 1 else None
+        except (OSError, ValueError, AttributeError):
             pass
-        return None
+        finally:
+            os.close(fd)
 
     def stop(self):
-        """Kill the worker's whole process group (and, with a uid of its own, every process of that uid)."""
+        """Kill the worker's whole process group, every process of its uid, and wait until its PID namespace is empty."""
         if self.proc is None:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.init_pid is not None:  # bubblewrap's pid 1 has its own session; when it dies, the kernel kills the namespace
+            try:
+                os.kill(self.init_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self.dropped:  # children that left the group (setsid) still run as the worker's uid: kill(-1) as that uid
             try:
                 subprocess.run(["kill", "-s", "KILL", "--", "-1"], user=self.uid, group=self.uid, extra_groups=[],
@@ -232,6 +287,7 @@ class Worker:
             except (OSError, subprocess.SubprocessError):
                 pass  # no kill(1) here: the process group was killed above
         self.proc.wait()
+        self._wait_for_namespace()
         for fd in (self.request_w, self.answer_r):
             try:
                 os.close(fd)
@@ -239,12 +295,31 @@ class Worker:
                 pass
         self.proc = None
 
+    def _wait_for_namespace(self, seconds=10.0):
+        """The namespace's pid 1 exits only after the kernel has reaped every other process in it: wait for that."""
+        if self.init_pid is None:
+            return
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{self.init_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.01)
+        self.init_pid = None
+
     def _ended(self):
         """Why the worker is gone, in words (waits a moment for it to finish dying)."""
         try:
             code = self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             return "the worker closed its answer pipe but kept running"
+        if self.tool.confined and code == SETUP_FAILED:
+            return f"the sandbox could not be set up (exit status {code}; the captured stderr says why)"
+        if self.tool.confined and 128 < code <= 128 + 64:  # bubblewrap and gate/launch.py exit 128 + N for a signal N
+            code = -(code - 128)
         if code == 0:
             return "the worker process exited with status 0 (os._exit() or an exit from native code): a submission must not exit"
         if code > 0:
@@ -305,6 +380,9 @@ class Worker:
         if header.get("op") != "answer" or not isinstance(header.get("ok"), bool):
             self._lose("protocol", "the worker sent something that is not an answer")
         self._evidence(header)
+        used = header.get("used")
+        if isinstance(used, list):  # forbidden APIs that ran during this call (the worker's record; evidence, not proof)
+            self.used.setdefault(name, set()).update(one_line(u, 120) for u in used[:50] if isinstance(u, str))
         if not header["ok"]:
             error = header.get("error")
             if not isinstance(error, dict) or not isinstance(error.get("message"), str):

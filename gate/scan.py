@@ -97,3 +97,62 @@ def scan_files(root, files, *, forbidden, blocked):
             text = (root / rel).read_text(encoding="utf-8", errors="replace")
             found += scan_source(text, rel, forbidden=forbidden, blocked=blocked, own_modules=own)
     return found
+
+
+# -- which protocol functions a line of the submission belongs to ---------------------------------
+
+
+def _names_in(node):
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+class Reach:
+    """Which protocol functions reach a line of the submission, by name: its own def, or a def its code names, transitively.
+
+    An approximation (names, not a call graph): a helper is charged to every protocol function
+    that mentions its name, a class to every one that names the class, a method to every one that
+    names the method. Code at module level, and code no protocol function names, reaches None: all of them.
+    """
+
+    def __init__(self, root, files, protocol):
+        self.defs = []  # (file, first line, last line, name)
+        refs = {}  # name -> names its body (or the value assigned to it) mentions
+        for rel in files:
+            if not rel.endswith(".py"):
+                continue
+            try:
+                tree = ast.parse((root / rel).read_text(encoding="utf-8", errors="replace"))
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    self.defs.append((rel, node.lineno, getattr(node, "end_lineno", node.lineno), node.name))
+                    refs.setdefault(node.name, set()).update(_names_in(node) - {node.name})
+            tops = list(tree.body) + [n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body]
+            for node in tops:  # attention = staticmethod(layers.attention), at module level or in a class (not locals)
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            refs.setdefault(target.id, set()).update(_names_in(node.value))
+        self.reach = {}
+        for name in protocol:
+            seen, todo = set(), [name]
+            while todo:
+                current = todo.pop()
+                if current in seen:
+                    continue
+                seen.add(current)
+                todo += [n for n in refs.get(current, ()) if n in refs]
+            self.reach[name] = seen
+
+    def functions(self, where):
+        """The protocol functions reaching 'file.py:12', or None (module level, unknown, or reached by none)."""
+        file, _, line = str(where).rpartition(":")
+        if not line.isdigit():
+            return None
+        inside = sorted((d for d in self.defs if d[0] == file and d[1] <= int(line) <= d[2]), key=lambda d: -d[1])
+        for _, _, _, name in inside:  # innermost first; a method no one names (__call__, forward) belongs to its class
+            found = {protocol for protocol, seen in self.reach.items() if name in seen}
+            if found:
+                return found
+        return None

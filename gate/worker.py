@@ -1,20 +1,25 @@
 """The gate's worker: the only process that runs a submission's code.
 
-    python -s -P -B -c "<bootstrap>" GATE_PARENT_DIR REQUEST_FD RESPONSE_FD   (gate.sandbox._BOOTSTRAP)
+    python -s -P -B -c "<bootstrap>" RUNTIME_DIR REQUEST_FD RESPONSE_FD   (gate.sandbox._BOOTSTRAP)
 
-The bootstrap imports this module from the gate's own folder and takes that folder off
-sys.path again, so nothing of the project stays importable. Its three jobs, one section each:
+RUNTIME_DIR holds copies of this file, gate/wire.py and invariants/boundary.py and nothing
+else (gate.confine.copy_runtime); the bootstrap imports this module from there and takes the
+folder off sys.path again. Under bubblewrap or the unshare fallback (gate.confine) the process
+already runs in a root of its own, in its own PID, IPC, UTS and network namespaces, before this
+module is imported. Its three jobs, one section each:
 
-- confine: before any submission code, a new network namespace, resource limits, an
-  unprivileged uid and no new privileges; it says which took effect;
+- confine: before any submission code, resource limits, an unprivileged uid, no new privileges
+  (and, unconfined, a new network namespace); it says which took effect, then waits for the
+  parent's go-ahead, which does not come when the assignment requires a protection that is missing;
 - guard: hide the project's own packages and record imports of them and calls of forbidden
-  APIs as evidence;
+  APIs as evidence (with each answer, the forbidden APIs used during that call);
 - serve: load the submission and answer the parent's calls (numpy arrays in and out over
   gate.wire), converting and calling through invariants/boundary.py, the same code an
   in-process run uses, until the parent says bye or closes the pipe.
 
-Nothing here is a wall against the submission, which runs in this process and can undo any
-of it: the verdict is safe because the parent computes it from the answers alone.
+The guard is not a wall against the submission, which runs in this process and can undo it;
+the kernel's namespaces and limits are. The verdict is safe because the parent computes it
+from the answers alone.
 """
 
 from __future__ import annotations
@@ -88,15 +93,19 @@ def _readable_by_others(path):
 
 
 def _confine(setup):
-    """Apply the limits in setup; return {protection: what took effect}, one line each."""
+    """Apply the limits in setup; ({protection: what took effect, one line each}, [protections not in effect])."""
     limits = setup["limits"]
-    done = {}
+    done, missing = {}, []
     libc = _libc()
-    if setup.get("network_namespace", True):
+    if not setup.get("network_namespace", True):
+        done["network"] = "ON: the assignment turned the network namespace off"
+    elif setup.get("confined"):  # bubblewrap or gate/launch.py made the namespace before this interpreter started
+        done["network"] = f"off: an empty network namespace ({setup['confined']})"
+    else:
         ok = libc.unshare(CLONE_NEWNET) == 0
         done["network"] = "off: a new network namespace with no interfaces up" if ok else f"ON: unshare(CLONE_NEWNET) failed ({_errno_text()})"
-    else:
-        done["network"] = "ON: the assignment turned the network namespace off"
+    if done["network"].startswith("ON"):
+        missing.append("network")
     rlimits = [
         ("cpu", resource.RLIMIT_CPU, limits["cpu_seconds"], limits["cpu_seconds"] + 5, "s of CPU time"),
         ("memory", resource.RLIMIT_AS, limits["memory_bytes"], limits["memory_bytes"], "bytes of address space"),
@@ -111,16 +120,24 @@ def _confine(setup):
             done[key] = f"{soft} {unit}"
         except (ValueError, OSError) as exc:
             done[key] = f"NOT SET ({exc})"
-    done["user"], processes = _drop_privileges(setup, libc, limits["processes"])
+            missing.append(key)
+    done["user"], processes, switched = _drop_privileges(setup, libc, limits["processes"])
+    if not switched:
+        missing.append("user")
     try:
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-        done["processes"] = f"{processes} processes and threads for its uid" + (
-            "" if os.getuid() != 0 else " (NOT ENFORCED: root ignores RLIMIT_NPROC)")
+        enforced = os.getuid() != 0
+        done["processes"] = f"{processes} processes and threads for its uid" + ("" if enforced else " (NOT ENFORCED: root ignores RLIMIT_NPROC)")
+        if not enforced:
+            missing.append("processes")
     except (ValueError, OSError) as exc:
         done["processes"] = f"NOT SET ({exc})"
+        missing.append("processes")
     ok = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     done["new_privileges"] = "blocked (no_new_privs: setuid programs gain nothing)" if ok else f"ALLOWED: prctl failed ({_errno_text()})"
-    return done
+    if not ok:
+        missing.append("new_privileges")
+    return done, missing
 
 
 def _drop_privileges(setup, libc, processes):
@@ -128,9 +145,10 @@ def _drop_privileges(setup, libc, processes):
     uid = setup.get("uid")
     if os.getuid() != 0:
         own = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == os.getuid())
-        return f"the gate's own user (not root, so no switch; RLIMIT_NPROC counts this user's {own} other processes too)", own + processes
+        return (f"the gate's own user (not root, so no switch; RLIMIT_NPROC counts this user's {own} other processes too)",
+                own + processes, False)
     if uid is None:
-        return "ROOT: the assignment turned the user switch off", processes
+        return "ROOT: the assignment turned the user switch off", processes, False
     needed = [os.path.dirname(os.__file__), os.path.dirname(np.__file__), *setup["readable"]]
     keep_read = not all(_readable_by_others(p) for p in needed)
     try:
@@ -146,13 +164,13 @@ def _drop_privileges(setup, libc, processes):
             raise OSError(f"capset failed ({_errno_text()})")
     except OSError as exc:
         if os.getuid() == 0:
-            return f"ROOT: could not switch to an unprivileged uid ({exc})", processes
+            return f"ROOT: could not switch to an unprivileged uid ({exc})", processes, False
         raise
     if keep_read:
         return ("an unprivileged uid and gid of its own, keeping only CAP_DAC_READ_SEARCH because the interpreter's files are not readable "
                 "by other users: the worker cannot write outside its scratch directory or signal other users' processes, "
-                "but it can read any file"), processes
-    return "an unprivileged uid and gid of its own, no capabilities", processes
+                "but it can read any file it can see"), processes, True
+    return "an unprivileged uid and gid of its own, no capabilities", processes, True
 
 
 def _owner(path):
@@ -173,6 +191,7 @@ class Guard(importlib.abc.MetaPathFinder):
         self.forbidden = list(forbidden)  # "torch.nn.MultiheadAttention", "torch.nn.Transformer*", ...
         self.root = str(Path(submission_root).resolve())
         self.evidence = []
+        self.used = set()  # forbidden APIs used since the last answer (each call's, even when its evidence is already recorded)
         self._sent = 0
         self._hooked = {pattern.split(".")[0] for pattern in self.forbidden}
 
@@ -196,6 +215,8 @@ class Guard(importlib.abc.MetaPathFinder):
         return "?"
 
     def record(self, kind, name, detail):
+        if kind == "forbidden_api":
+            self.used.add(name)
         item = {"kind": kind, "name": name, "where": self.where(), "detail": detail}
         if item not in self.evidence and len(self.evidence) < MAX_EVIDENCE:
             self.evidence.append(item)
@@ -339,6 +360,7 @@ def serve(fd_in, fd_out, namespace, setup, guard):
         if not reply["ok"]:
             out_buffers = []
         reply["evidence"] = guard.new_evidence()
+        reply["used"], guard.used = sorted(guard.used), set()
         sys.stdout.flush()
         sys.stderr.flush()
         wire.send(fd_out, reply, out_buffers)
@@ -364,11 +386,16 @@ def main(argv=None):
     setup = header["setup"]
     os.chdir(setup["workdir"])
 
-    wire.send(fd_out, {"op": "hello", "protections": _confine(setup), "uid": os.getuid()})
+    protections, missing = _confine(setup)
+    wire.send(fd_out, {"op": "hello", "protections": protections, "missing": missing, "uid": os.getuid()})
+    go, _ = wire.receive(fd_in, max_bytes=0)  # the parent checks the protections before any submission code runs
+    if go.get("op") != "load":
+        os._exit(0)
 
     guard = Guard(setup["blocked"], setup["forbidden"], setup["submission_root"])
     guard.install()
     namespace, problem = load_submission(setup, guard)
+    guard.used = set()  # what ran at import time is in the evidence, not charged to the first call
     present = [] if namespace is None else [n for n in setup["functions"] if callable(getattr(namespace, n, None))]
     backend = None if namespace is None else getattr(namespace, "BACKEND", None)
     declarations = {} if namespace is None else _declarations(namespace, setup.get("conventions", ()))

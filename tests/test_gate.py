@@ -113,6 +113,11 @@ BAD_CONFIGS = [
     ('[assignment]\nname = "x"\n', "no [[invariants]] entries"),
     ('[forbidden]\napis = ["MultiheadAttention"]\n[[invariants]]\nselect = "norms.*"\n', "must be a list of dotted names"),
     ('[[invariants]\n', "not valid TOML"),
+    ('[sandbox]\nrequire = ["filesytem"]\n[[invariants]]\nselect = "norms.*"\n', "is not a protection; known: filesystem"),
+    ('[sandbox]\nrequire = "pid"\n[[invariants]]\nselect = "norms.*"\n', "must be a list of protections"),
+    ('[sandbox]\ntool = "docker"\n[[invariants]]\nselect = "norms.*"\n', "tool = 'docker' must be one of auto, bubblewrap, unshare, none"),
+    ('[similarity]\nfail_above = 70\n[[invariants]]\nselect = "norms.*"\n', "must be a share between 0 and 1"),
+    ('[similarity]\nthreshold = 0.5\n[[invariants]]\nselect = "norms.*"\n', "is not a setting of [similarity]"),
 ]
 
 
@@ -145,7 +150,9 @@ def test_shipped_assignments_load(name):
     a = load_assignment(ROOT / "assignments" / name)
     names = {s.name for s in a.selected}
     assert {"attention.causal_non_leakage", "block.residual_identity", "model.causal_non_leakage", "course.tokenizer_round_trip"} <= names
-    assert "torch.nn.functional.scaled_dot_product_attention" in a.forbidden
+    assert "torch.nn.functional.scaled_dot_product_attention" in a.forbidden and a.on_forbidden == "fail"
+    assert set(a.require) == {"filesystem", "tmp", "pid", "network"} and a.visible_only().require == ()
+    assert a.flag_above < a.fail_above < 1
     if name == "lesson.toml":
         assert {"norms.layer_norm_known_values", "activation.gelu_known_values", "counts.gpt2_exact_counts",
                 "moe.top_k_gates_sum_to_one", "moe.load_balancing_loss_bounds"} <= names
@@ -273,11 +280,64 @@ def test_batch_writes_one_report_each_and_a_class_summary(tmp_path):
     out = tmp_path / "out"
     assert main(["--batch", str(cohort), "-a", str(ASSIGNMENT), "-o", str(out), "--jobs", "2", "-q"]) == 0
     assert {p.name for p in out.iterdir()} == {"good", "wrong_shape", "missing_functions", "class-summary.csv", "pass-rates.csv",
-                                               "class-summary.md"}
+                                               "class-summary.md", "similar-pairs.csv"}
     rows = list(csv.DictReader((out / "class-summary.csv").open()))
     assert [r["verdict"] for r in rows] == ["passed", "not_gradable", "failed"]
     rates = {r["invariant"]: r["pass_rate"] for r in csv.DictReader((out / "pass-rates.csv").open())}
     assert rates == {"norms.layer_norm_known_values": "0.333", "norms.layer_norm_affine": "0.333"}
+
+
+def _summary_without_seconds(path):
+    rows = list(csv.DictReader(path.open()))
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+def test_shards_merge_into_the_class_summary_of_one_batch(tmp_path, capsys):
+    cohort = tmp_path / "cohort"
+    cohort.mkdir()
+    for name in ("good.py", "wrong_shape.py", "missing_functions.py", "nan_output.py", "wrong_type.py"):
+        (cohort / name).write_text((HOSTILE / name).read_text())
+    (cohort / "good_again.py").write_text((HOSTILE / "good.py").read_text().replace("centred", "c") + "\n# renamed\n")
+    whole, shards = tmp_path / "whole", tmp_path / "shards"
+    assert main(["--batch", str(cohort), "-a", str(ASSIGNMENT), "-o", str(whole), "-q"]) == 0
+    for k in (1, 2, 3):
+        assert main(["--batch", str(cohort), "-a", str(ASSIGNMENT), "-o", str(shards / f"reports-{k}"), "--shard", f"{k}/3", "-q"]) == 0
+    graded = sorted(p.name for p in shards.glob("reports-*/*") if p.is_dir())
+    assert graded == sorted(p.name for p in whole.iterdir() if p.is_dir()), "every submission in exactly one shard"
+    assert not list(shards.glob("reports-*/class-summary.csv")), "a shard writes its manifest, not a summary"
+    merged = tmp_path / "merged"
+    assert main(["--merge", str(shards), "-o", str(merged)]) == 0
+    assert _summary_without_seconds(merged / "class-summary.csv") == _summary_without_seconds(whole / "class-summary.csv")
+    assert (merged / "pass-rates.csv").read_text() == (whole / "pass-rates.csv").read_text()
+    pairs = list(csv.DictReader((merged / "similar-pairs.csv").open()))
+    assert [{p["a"], p["b"]} for p in pairs] == [{"good", "good_again"}], "a renamed copy is paired, across shards"
+    markdown = (merged / "class-summary.md").read_text()
+    assert "Grading time: mean" in markdown and "](../shards/reports-" in markdown
+    (shards / "reports-2" / "shard-2-of-3.json").unlink()
+    for child in (shards / "reports-2").iterdir():
+        if child.is_dir():
+            for f in child.iterdir():
+                f.unlink()
+            child.rmdir()
+    capsys.readouterr()
+    assert main(["--merge", str(shards), "-o", str(tmp_path / "again")]) == 2
+    assert "shard(s) 2 of 3 are missing" in capsys.readouterr().err
+    assert main(["--batch", str(cohort), "-a", str(ASSIGNMENT), "--shard", "4/3"]) == 2
+
+
+def test_similar_submissions_are_paired_in_the_class_summary(tmp_path):
+    cohort = tmp_path / "cohort"
+    cohort.mkdir()
+    good = (ROOT / "examples" / "submissions" / "mask_after_softmax.py").read_text()
+    (cohort / "alice.py").write_text(good)
+    (cohort / "bob.py").write_text(good.replace("weights", "w").replace("    ", "  "))  # renamed, re-indented
+    (cohort / "carol.py").write_text((FIXTURES / "honest" / "second_student.py").read_text())
+    out = tmp_path / "out"
+    assert main(["--batch", str(cohort), "-a", str(ASSIGNMENT), "-o", str(out), "-q"]) == 0  # not gradable here: compared all the same
+    pairs = list(csv.DictReader((out / "similar-pairs.csv").open()))
+    assert [(p["a"], p["b"]) for p in pairs] == [("alice", "bob")], pairs
+    assert float(pairs[0]["share_of_a"]) > 0.9 and "alice.py:" in pairs[0]["spans"]
+    assert "Submissions with alike code" in (out / "class-summary.md").read_text()
 
 
 def test_torch_submission_and_forbidden_api_evidence():
@@ -292,6 +352,7 @@ def test_torch_submission_and_forbidden_api_evidence():
     assert any(e["source"] == "source scan" and "string" in e["detail"] for e in result.evidence)
     strict = grade(HOSTILE / "torch_forbidden.py", dataclasses.replace(a, on_forbidden="fail"))
     assert strict.verdict == "failed" and "forbids" in strict.reason
+    assert strict.score == 0 and all(i.status == "voided" for i in strict.invariants), "module-level code voids every invariant"
 
 
 @pytest.mark.parametrize("limit, phrase, second", [

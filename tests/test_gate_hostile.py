@@ -20,7 +20,7 @@ import pytest
 from gate.config import load_assignment
 from gate.grade import grade
 from gate.reports import write_reports
-from gate.result import FAILED, NOT_GRADABLE, PASSED
+from gate.result import FAILED, NOT_GRADABLE, PASSED, SCHEMA_VERSION
 from gate.sandbox import UID_BASE
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -38,7 +38,7 @@ def graded(submission, assignment, out):
     paths = write_reports(result, out)
     assert [p.name for p in paths] == ["report.json", "junit.xml", "results.json", "summary.md"]
     report = json.loads((out / "report.json").read_text())
-    assert report["verdict"] == result.verdict and report["schema_version"] == 1
+    assert report["verdict"] == result.verdict and report["schema_version"] == SCHEMA_VERSION
     ET.parse(out / "junit.xml")  # parses: escaped output, no control characters
     gradescope = json.loads((out / "results.json").read_text())
     assert gradescope["score"] == result.score

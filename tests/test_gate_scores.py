@@ -1,0 +1,164 @@
+"""Scores that mean something: degenerate code, forbidden APIs and copied code earn nothing, and every report says why.
+
+- A degenerate submission (zeros, a constant, the identity, NaN, random numbers) scores 0 on P01:
+  the invariants it satisfies only vacuously are "vacuous", with the reason (gate.degenerate).
+- With on_use = "fail", the invariants whose code uses a forbidden API are "voided" (results.json included).
+- A renamed, reformatted copy of reference/numpy.py is flagged and, under P01, failed; two honest
+  independent solutions are not flagged, against the reference or each other (gate.similarity).
+- Student output that carries CI workflow commands is neutralised in every report and on the terminal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gate import similarity
+from gate.cli import main
+from gate.config import load_assignment
+from gate.grade import grade
+from gate.reports import to_terminal, write_reports
+from gate.result import FAILED, PASSED
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+HOSTILE = FIXTURES / "hostile"
+GOOD_STUDENT = ROOT / "examples" / "submissions" / "good_student"
+SECOND_STUDENT = FIXTURES / "honest" / "second_student.py"
+COPY = FIXTURES / "copied" / "renamed_reference.py"
+
+
+@pytest.fixture(scope="module")
+def p01():
+    """P01 as shipped, minus the sandbox requirement (these tests are about scores, and run on hosts without bubblewrap too),
+    at 20 examples per invariant instead of 60 (the figures in docs/gate.md are at 60)."""
+    return dataclasses.replace(load_assignment(ROOT / "assignments" / "p01.toml"), require=(), max_examples=20)
+
+
+def _reports(result, out):
+    write_reports(result, out)
+    return {name: (out / name).read_text() for name in ("report.json", "junit.xml", "results.json", "summary.md")}
+
+
+@pytest.mark.parametrize("mode", ["zeros", "constant", "identity", "nan", "random"])
+def test_a_degenerate_submission_scores_zero_and_every_report_says_why(mode, p01, tmp_path):
+    folder = tmp_path / f"degenerate_{mode}"
+    shutil.copytree(HOSTILE / "degenerate", folder)
+    (folder / "mode.txt").write_text(mode)
+    result = grade(folder, p01)
+    assert result.verdict == FAILED and result.score == 0, [(i.name, i.status) for i in result.invariants if i.score]
+    vacuous = [i for i in result.invariants if i.status == "vacuous"]
+    assert all(i.reason.startswith("held only") for i in vacuous)
+    if mode != "nan":  # NaN fails every invariant outright; the others pass some of them vacuously
+        assert vacuous, "a degenerate submission passes relational invariants vacuously: they must be caught"
+        texts = _reports(result, tmp_path / "out")
+        gradescope = json.loads(texts["results.json"])
+        assert gradescope["score"] == 0
+        shown = next(t for t in gradescope["tests"] if t["name"] == vacuous[0].name)
+        assert shown["score"] == 0 and shown["status"] == "failed" and "held only" in shown["output"]
+        assert "held only" in texts["summary.md"] and "VACUOUS" not in texts["summary.md"]  # the table shows the mark and reason
+        assert any(c.find("failure") is not None and "held only" in c.find("failure").get("message")
+                   for c in ET.fromstring(texts["junit.xml"].split("\n", 1)[1]).iter("testcase"))
+        assert json.loads(texts["report.json"])["submission"]["degenerate"]
+
+
+@pytest.mark.parametrize("submission", [GOOD_STUDENT, SECOND_STUDENT], ids=["good_student", "second_student"])
+def test_honest_solutions_keep_every_point(submission, p01):
+    result = grade(submission, p01)
+    assert result.verdict == PASSED and result.score == result.max_score, result.reason
+    assert result.submission["degenerate"] == {}
+    assert result.similarity["reference"]["score"] < 0.2
+    assert not [e for e in result.evidence if e["kind"] == "copied_code"]
+
+
+def test_forbidden_apis_with_on_use_fail_zero_the_invariants_they_touch(tmp_path):
+    assignment = load_assignment(FIXTURES / "assignments" / "forbidden.toml")
+    result = grade(HOSTILE / "sdpa_attention.py", assignment)
+    status = {i.name: (i.status, i.score) for i in result.invariants}
+    assert status["attention.causal_non_leakage"] == ("voided", 0) and status["attention.agrees_with_reference"] == ("voided", 0)
+    assert status["norms.layer_norm_known_values"] == ("passed", 1) and status["norms.layer_norm_affine"] == ("passed", 1)
+    assert result.verdict == FAILED and result.score == 2 and "forbids" in result.reason
+    texts = _reports(result, tmp_path)
+    gradescope = json.loads(texts["results.json"])
+    assert gradescope["score"] == 2
+    assert {t["name"]: t["score"] for t in gradescope["tests"]}["attention.causal_non_leakage"] == 0
+    assert json.loads(texts["report.json"])["score"] == 2
+    reported = dataclasses.replace(assignment, on_forbidden="report")
+    assert grade(HOSTILE / "sdpa_attention.py", reported).score == 8, "with on_use = report the evidence costs nothing"
+
+
+def _prints(path):
+    path = Path(path)
+    if path.is_dir():
+        return similarity.fingerprint_files(path, [p.name for p in path.glob("*.py")])
+    return similarity.fingerprint_files(path.parent, [path.name])
+
+
+def test_a_renamed_reformatted_copy_of_the_reference_is_flagged_and_failed(p01, tmp_path):
+    copy = similarity.compare(_prints(COPY), similarity.reference_prints())
+    assert copy["score"] >= 0.8 and "reference/numpy.py" in {m["other_file"] for m in copy["matches"]}
+    result = grade(COPY, p01)
+    assert result.verdict == FAILED and result.score == 0, result.reason
+    assert result.reason.startswith(f"{100 * copy['score']:.0f}% of the submission's code matches the reference")
+    assert all(i.status == "voided" for i in result.invariants)
+    evidence = [e for e in result.evidence if e["kind"] == "copied_code"]
+    assert evidence and "reference/numpy.py" in evidence[0]["detail"]
+    texts = _reports(result, tmp_path)
+    assert json.loads(texts["results.json"])["score"] == 0 and "copied code" in texts["results.json"]
+
+
+def test_honest_solutions_are_not_alike():
+    honest = [_prints(GOOD_STUDENT), _prints(SECOND_STUDENT), _prints(HOSTILE / "good.py")]
+    for prints in honest:
+        assert similarity.compare(prints, similarity.reference_prints())["score"] < 0.2
+    assert similarity.compare(honest[0], honest[1])["score"] < 0.1 and similarity.compare(honest[1], honest[0])["score"] < 0.1
+
+
+def test_renaming_and_reformatting_change_no_token():
+    original = ("def f(x, axis=-1):\n    '''Doc.'''\n    e = np.exp(x - x.max(axis=axis, keepdims=True))  # c\n"
+                "    return e / e.sum(axis=axis, keepdims=True)\n")
+    renamed = ("def softmax_mine(values,\n                 ax=-1):\n    exps = np.exp(values - values.max(axis=ax,\n        keepdims=True))\n\n"
+               "    return exps / exps.sum(axis=ax, keepdims=True)\n")
+    assert [t for t, _ in similarity.tokens(original)] == [t for t, _ in similarity.tokens(renamed)]
+
+
+COMMAND_LINE = re.compile(r"^[^\S\n]*(::|section_start:|section_end:)", re.M)
+COMMAND_ANYWHERE = re.compile(r"##(vso)?\[", re.I)
+
+
+def _commands_in(text):
+    return COMMAND_LINE.findall(text) + COMMAND_ANYWHERE.findall(text)
+
+
+def _strings(value):
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_ci_workflow_commands_are_neutralised_everywhere(tmp_path, capsys):
+    assignment = FIXTURES / "assignments" / "hostile.toml"
+    code = main([str(HOSTILE / "ci_commands.py"), "-a", str(assignment), "-o", str(tmp_path)])
+    assert code == 1
+    terminal = capsys.readouterr().out
+    assert "add-mask" in terminal, "the terminal shows the failure with the student's message, neutralised"
+    for name in ("report.json", "junit.xml", "results.json", "summary.md"):
+        text = (tmp_path / name).read_text()
+        assert "add-mask" in text, f"{name} should still show the student's words, neutralised"
+        assert not _commands_in(text), (name, _commands_in(text)[:3])
+        if name.endswith(".json"):  # the values, as `jq -r` would print them
+            assert not [s for s in _strings(json.loads(text)) if _commands_in(s)], name
+    assert not _commands_in(terminal), _commands_in(terminal)[:3]
+    result = grade(HOSTILE / "ci_commands.py", load_assignment(assignment))
+    assert not _commands_in(to_terminal(result, show_hidden=True))
+    assert "\\::set-output" in result.output["stdout"] and "#\\#vso[" in result.output["stdout"]
