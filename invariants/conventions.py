@@ -79,6 +79,22 @@ CONVENTIONS = {
                    valid=_positive, requirement=">= 1"),
         Convention("TOP_K_TIES", ("lower", "any"), "lower",
                    "'any': the tie-rule invariant is skipped and the gates are checked against any valid top-k set"),
+        Convention("ROPE_PAIRING", ("half_split", "interleaved"), None,
+                   "rope, llama_block, llama_logits and llama_decode are compared with the reference in the declared pairing only: "
+                   "pairs (i, i + D/2) (HF, GPT-NeoX) or (2i, 2i + 1) (Meta's Llama, GPT-J); undeclared, either, one pairing for a whole call"),
+        Convention("QKV_BIASES", (True, False), False,
+                   "True: the Llama block and model invariants also draw params with the biases b_q, b_k, b_v (Qwen2) "
+                   "(undeclared or False: never)"),
+        Convention("FULLY_MASKED_ROWS", ("zeros", "uniform", "any"), "zeros",
+                   "what gqa_attention gives a query that sees no key (every key padded): zero weights and output (the reference, "
+                   "SDPA, flash-attention), 'uniform' weights 1/S on every key (an additive finfo.min mask), or 'any' finite values; "
+                   "never NaN"),
+        Convention("SLIDING_WINDOW", (True, False), True,
+                   "False (no sliding window, as transformers' Llama): gqa_attention and the Llama functions are always passed "
+                   "window=None and the window invariants are skipped"),
+        Convention("CAUSAL_ALIGNMENT", ("bottom_right", "top_left"), "bottom_right",
+                   "'top_left' (SDPA's is_causal when L != S: query i sees keys 0..i): gqa_attention is drawn with as many queries "
+                   "as keys only and the invariant of queries shorter than keys is skipped"),
     )
 }
 

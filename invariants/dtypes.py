@@ -26,12 +26,25 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_dtype, assert_value, assert_where
-from invariants.conventions import attention_biases, causal_modes, d_ff_for, layer_norm_eps, returns_weights, rms_norm_eps
+from invariants.conventions import attention_biases, causal_modes, d_ff_for, declared, layer_norm_eps, returns_weights, rms_norm_eps
 from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 from strategies.activation import activation_inputs
 from strategies.attention import attention_args, attention_inputs
 from strategies.core import attention_shapes, float_arrays
+from strategies.decoder import (
+    cross_args,
+    cross_inputs,
+    decode_schedules,
+    decoder_block_params,
+    gqa_args,
+    gqa_inputs,
+    llama_block_params,
+    llama_configs,
+    llama_params,
+    rope_inputs,
+    swiglu_inputs,
+)
 from strategies.feed_forward import feed_forward_weights, hidden_states
 from strategies.moe import moe_params, moe_shapes, moe_tokens, router_logits
 from strategies.norms import gains_and_biases, norm_rows
@@ -275,3 +288,88 @@ def load_balancing_loss_keeps_dtype(impl, case):
     shape = case.draw(moe_shapes(max_tokens=4, max_experts=4), "shape")
     scores = case.draw(router_logits(shape.tokens, shape.experts), "router_logits")  # (N, E)
     assert_keeps_dtype(impl, "load_balancing_loss", (scores, shape.k))
+
+
+# --- the modern decoder (protocol v2): one dtype invariant per floating function -------------------------------------
+# (imports to add at the top: `from strategies.decoder import cross_args, cross_inputs, decoder_block_params, decode_schedules,
+#  gqa_args, gqa_inputs, llama_block_params, llama_configs, llama_params, rope_inputs, swiglu_inputs`, and
+#  `from invariants.conventions import declared`)
+
+
+def _llama_config(impl, case, **options):
+    """A LlamaConfig impl can take (q/k/v biases only under QKV_BIASES = True, no window under SLIDING_WINDOW = False)."""
+    options.setdefault("qkv_bias", None if declared(impl, "QKV_BIASES") else False)
+    if not declared(impl, "SLIDING_WINDOW"):
+        options["windowed"] = False
+    return case.draw(llama_configs(max_layers=1, **options), "config")
+
+
+@invariant(requires=("rope",), hint=_hint("rope's answer is not in x's dtype: cos and sin left in float32 or float64 (round them to x's dtype)"))
+def rope_keeps_dtype(impl, case):
+    """rope(x, positions, base) has x's dtype."""
+    inputs = case.draw(rope_inputs(max_seq=3), "inputs")
+    assert_keeps_dtype(impl, "rope", (inputs["x"], inputs["positions"], inputs["base"]))
+
+
+@invariant(requires=("gqa_attention",), hint=_hint("gqa_attention's out or weights are not in q's dtype: a mask or a softmax in float32 kept"))
+def gqa_attention_keeps_dtype(impl, case):
+    """gqa_attention(q, k, v, causal, key_mask, window) returns out and weights in q's dtype."""
+    inputs = case.draw(gqa_inputs(windowed=None if declared(impl, "SLIDING_WINDOW") else False), "inputs")
+    parts = ("out", "weights") if returns_weights(impl) else None
+    assert_keeps_dtype(impl, "gqa_attention", gqa_args(inputs), parts=parts)
+
+
+@invariant(requires=("swiglu",), hint=_hint("swiglu's answer is not in x's dtype: SiLU computed in float32 or float64 and kept"))
+def swiglu_keeps_dtype(impl, case):
+    """swiglu(x, W_gate, W_up, W_down) has x's dtype."""
+    inputs = case.draw(swiglu_inputs(max_rows=2), "inputs")
+    assert_keeps_dtype(impl, "swiglu", tuple(inputs[n] for n in ("x", "W_gate", "W_up", "W_down")))
+
+
+@invariant(requires=("llama_block",), hint=_hint("llama_block's answer is not in x's dtype: an RMSNorm upcast to float32 not cast back"))
+def llama_block_keeps_dtype(impl, case):
+    """llama_block(x, params, n_heads, n_kv_heads, rope_base, window) has x's dtype."""
+    config = _llama_config(impl, case)
+    x = case.draw(float_arrays((1, 3, config.d_model)), "x")
+    params = case.draw(llama_block_params(config), "params")
+    assert_keeps_dtype(impl, "llama_block", (x, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window))
+
+
+@invariant(requires=("llama_logits",), hint=_hint("llama_logits' answer is not in the params' dtype: the final norm or the head upcast"))
+def llama_logits_keeps_dtype(impl, case):
+    """llama_logits(ids, params, ...) has the params' dtype."""
+    config = _llama_config(impl, case)
+    params = case.draw(llama_params(config), "params")
+    ids = case.draw(token_ids(config.vocab, max_batch=1, max_seq=3), "ids")
+    assert_keeps_dtype(impl, "llama_logits", (ids, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window))
+
+
+@invariant(requires=("llama_decode",), hint=_hint("llama_decode's logits are not in the params' dtype: the cache or the head upcast"))
+def llama_decode_keeps_dtype(impl, case):
+    """llama_decode(ids, params, ..., chunks) returns logits in the params' dtype (and integer cache sizes)."""
+    config = _llama_config(impl, case)
+    params = case.draw(llama_params(config), "params")
+    ids = case.draw(token_ids(config.vocab, max_batch=1, min_seq=2, max_seq=3), "ids")
+    chunks = case.draw(decode_schedules(ids.shape[1]), "chunks")
+    args = (ids, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window, chunks)
+    call = _call(impl, "llama_decode", args)
+    answer = impl.llama_decode(*args)
+    assert_value(len(answer) if isinstance(answer, tuple) else 1, 2, "number of arrays llama_decode returned (logits, cache_sizes)", call)
+    logits = assert_dtype(answer[0], answer_dtype(impl), f"{FUNCTIONS['llama_decode'].signature}[0] (logits)", call, why=_why(impl))
+    if impl.dtype == "bfloat16":
+        assert_where(_on_bfloat16_grid(logits), logits, "logits", "a bfloat16 number (computed or kept in float32)", call)
+
+
+@invariant(requires=("cross_attention",), hint=_hint("cross_attention's out or weights are not in x's dtype"))
+def cross_attention_keeps_dtype(impl, case):
+    """cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads) returns out and weights in x's dtype."""
+    inputs = case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs")
+    assert_keeps_dtype(impl, "cross_attention", cross_args(inputs), parts=("out", "weights") if returns_weights(impl) else None)
+
+
+@invariant(requires=("decoder_block",), hint=_hint("decoder_block's answer is not in x's dtype"))
+def decoder_block_keeps_dtype(impl, case):
+    """decoder_block(x, memory, params, n_heads) has x's dtype."""
+    inputs = case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs")
+    params = case.draw(decoder_block_params(inputs["x"].shape[-1], d_ff=d_ff_for(impl, inputs["x"].shape[-1])), "params")
+    assert_keeps_dtype(impl, "decoder_block", (inputs["x"], inputs["memory"], params, inputs["n_heads"]))

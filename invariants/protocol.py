@@ -1,4 +1,4 @@
-"""The implementation protocol (version 1) and the wrapper that lets the suite call any implementation.
+"""The implementation protocol (version 2: version 1 plus the modern decoder) and the wrapper that lets the suite call any implementation.
 
 An implementation is a namespace (a module, a file, an object) that defines some of the
 functions in FUNCTIONS, plus BACKEND = "numpy" or "torch". The suite calls them positionally,
@@ -36,7 +36,7 @@ from invariants.boundary import (
 from invariants.conventions import read_declarations
 from invariants.tolerance import Tolerance, tolerance_for
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 BACKENDS = ("numpy", "torch")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -97,6 +97,45 @@ FUNCTIONS = {
         ProtocolFunction("encode", ("text", "vocab"), "(n,) ints", "characters -> ids"),
         ProtocolFunction("decode", ("ids", "vocab"), "str", "ids -> characters"),
         ProtocolFunction("get_batch", ("data", "batch_size", "seq_len", "seed"), "(x, y), each (B, T)", "y is x shifted by one"),
+        # version 2: the modern decoder
+        ProtocolFunction("rope", ("x", "positions", "base"), "(..., T, D)", "rotary embedding: pair i at position p rotated by p·base^(-2i/D)"),
+        ProtocolFunction(
+            "gqa_attention",
+            ("q", "k", "v", "causal", "key_mask", "window"),
+            "(out (B, H, T, D), weights (B, H, T, S))",
+            "grouped-query attention core; q (B, H, T, D), k, v (B, H_kv, S, D), S >= T; key_mask (B, S) bool or None; window or None",
+        ),
+        ProtocolFunction("swiglu", ("x", "W_gate", "W_up", "W_down"), "(..., d)", "(SiLU(x·W_gate) ⊙ x·W_up)·W_down"),
+        ProtocolFunction(
+            "llama_block",
+            ("x", "params", "n_heads", "n_kv_heads", "rope_base", "window"),
+            "(B, T, d)",
+            "RMSNorm pre-norm block, GQA with RoPE, SwiGLU; params: attn_norm W_q W_k W_v W_o ffn_norm W_gate W_up W_down (+ b_q b_k b_v)",
+        ),
+        ProtocolFunction(
+            "llama_logits",
+            ("ids", "params", "n_heads", "n_kv_heads", "rope_base", "window"),
+            "(B, T, V)",
+            "Llama-style LM; params: embed (V, d), blocks [...], norm (d,), W_out (d, V); ValueError on ids outside [0, V)",
+        ),
+        ProtocolFunction(
+            "llama_decode",
+            ("ids", "params", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
+            "(logits (B, T, V), cache_sizes (n,) ints)",
+            "prefill chunks[0] tokens, then each chunk on the implementation's own KV cache",
+        ),
+        ProtocolFunction(
+            "cross_attention",
+            ("x", "memory", "W_q", "W_k", "W_v", "W_o", "n_heads"),
+            "(out (B, T, d), weights (B, H, T, S))",
+            "queries from x (B, T, d), keys and values from memory (B, S, d), no mask",
+        ),
+        ProtocolFunction(
+            "decoder_block",
+            ("x", "memory", "params", "n_heads"),
+            "(B, T, d)",
+            "pre-norm encoder-decoder block: causal self-attention, cross-attention, GELU feed-forward",
+        ),
     )
 }
 

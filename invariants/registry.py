@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # One module per component, in the order a lesson meets them.
-COMPONENTS = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes")
+COMPONENTS = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe",
+              "rope", "gqa", "masking", "swiglu", "llama", "decoding", "cross_attention", "counts", "course", "dtypes")
 
 REGISTRY: dict = {}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from invariants.protocol import Implementation
 
-ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes")
+ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes", "decoder")
 MUTANTS: dict = {}
 
 

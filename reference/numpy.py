@@ -3,10 +3,11 @@
 Sources: Vaswani et al. 2017 (attention, the block), Radford et al. 2019 (GPT-2: pre-norm,
 tanh GELU, learned positions, tied output), Hendrycks & Gimpel 2016 (GELU, both forms), Ba et
 al. 2016 (LayerNorm), Zhang & Sennrich 2019 (RMSNorm), Fedus, Zoph & Shazeer 2021 (Switch: the
-balancing loss), Jiang et al. 2024 (Mixtral: softmax over the kept top-k scores).
+balancing loss), Jiang et al. 2024 (Mixtral: softmax over the kept top-k scores); the modern
+decoder at the end of the file (protocol v2) cites its own.
 
-The protocol's functions are called positionally; the keyword-only options (gelu_form, eps) are
-the suite's: they let the reference follow an implementation's declared conventions
+The protocol's functions are called positionally; the keyword-only options (gelu_form, eps,
+pairing, fully_masked) are the suite's: they let the reference follow an implementation's declared conventions
 (invariants/conventions.py), e.g. transformer_block(x, params, n_heads, causal, gelu_form="erf").
 
 Dimension letters, used in every shape comment:
@@ -36,10 +37,16 @@ __all__ = [
     "top_k_indices", "top_k_gates", "moe", "tokens_per_expert", "load_balancing_loss",
     "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
     "build_vocab", "encode", "decode", "get_batch",
+    # protocol v2: the modern decoder
+    "ROPE_BASE", "ROPE_PAIRINGS", "FULLY_MASKED", "ROPE_PAIRING", "QKV_BIASES", "FULLY_MASKED_ROWS",
+    "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
+    "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
+    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_size", "llama_decode",
+    "cross_attention", "decoder_block",
 ]
 
 BACKEND = "numpy"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 EPS = 1e-5  # keeps the norms finite when every value in a row is equal
 GELU_FORMS = ("tanh", "erf")  # GPT-2's tanh approximation (the default here), and the exact x·Φ(x)
 ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")  # the optional block params
@@ -243,3 +250,262 @@ def load_balancing_loss(router_logits, k):
     f = (tokens_per_expert(router_logits, k) / (N * k)).astype(router_logits.dtype)  # (E,), sums to 1
     P = softmax(router_logits).mean(axis=0)  # (E,)
     return E * np.sum(f * P)
+
+
+# ---------------------------------------------------------------------------
+# The modern decoder (protocol v2): RoPE, grouped-query attention, SwiGLU, the Llama block and
+# model with a KV cache, cross-attention and the encoder-decoder block.
+#
+# Sources: Su et al. 2021 (RoFormer: rotary embeddings), Ainslie et al. 2023 (GQA), Shazeer 2020
+# (GLU variants: SwiGLU), Touvron et al. 2023 (Llama: RMSNorm pre-norm, SwiGLU, RoPE), Jiang et
+# al. 2023 (Mistral: the sliding window), Vaswani et al. 2017 (cross-attention).
+# Extra letters: H_kv key/value heads (H divisible by H_kv), S keys (S >= T: a KV cache holds
+# S - T earlier positions), w the sliding window, L layers.
+# ---------------------------------------------------------------------------
+
+ROPE_BASE = 10_000.0  # Llama 1 and 2; Llama 3 uses 500,000: the base is an argument everywhere
+ROPE_PAIRINGS = ("half_split", "interleaved")  # pairs (i, i + D/2): HF, GPT-NeoX; pairs (2i, 2i + 1): Meta's Llama, GPT-J
+FULLY_MASKED = ("zeros", "uniform")  # what a query that sees no key gets: zero weights, or 1/S on every key
+
+# Declared conventions of the additions (invariants/conventions.py).
+ROPE_PAIRING = "half_split"
+QKV_BIASES = True  # llama_block, llama_logits and llama_decode read b_q, b_k, b_v when the params hold them (Qwen2)
+FULLY_MASKED_ROWS = "zeros"
+
+
+def rope_angles(positions, D, base=ROPE_BASE):
+    """(T,) positions -> (T, D/2) angles p·θ_i with θ_i = base^(-2i/D), in float64 whatever the model's dtype.
+
+    The angle is computed in float64 and only its cos and sin are rounded to the model's dtype:
+    positions rounded to bfloat16 (8 bits) are wrong from 256 on.
+    """
+    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)  # (D/2,): θ_0 = 1 down to θ_{D/2-1} ≈ 1/base
+    return np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # (T, 1) x (D/2,) -> (T, D/2)
+
+
+def rope_pairs(x, pairing):
+    """The two coordinates of every rotated pair: (first, second), each (..., D/2)."""
+    if pairing not in ROPE_PAIRINGS:
+        raise ValueError(f"pairing={pairing!r} is not one of {', '.join(ROPE_PAIRINGS)}")
+    if pairing == "half_split":
+        half = x.shape[-1] // 2
+        return x[..., :half], x[..., half:]  # pair i is (i, i + D/2)
+    return x[..., 0::2], x[..., 1::2]  # pair i is (2i, 2i + 1)
+
+
+def rope_join(first, second, pairing):
+    """The inverse of rope_pairs: (..., D/2) twice -> (..., D)."""
+    if pairing == "half_split":
+        return np.concatenate([first, second], axis=-1)
+    return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)  # (..., D/2, 2) -> (..., D)
+
+
+def rope(x, positions, base=ROPE_BASE, *, pairing="half_split"):
+    """Rotary position embedding: rotate pair i of the vector at position p by the angle p·θ_i. (..., T, D) -> (..., T, D).
+
+    A rotation, so q_m·k_n depends on m - n only, every pair keeps its norm, and position 0 is the identity.
+    """
+    angles = rope_angles(positions, x.shape[-1], base)  # (T, D/2)
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)  # (T, D/2)
+    first, second = rope_pairs(x, pairing)  # (..., T, D/2) each
+    return rope_join(first * cos - second * sin, first * sin + second * cos, pairing)  # counter-clockwise by p·θ_i
+
+
+def visible_keys(T, S, causal=True, window=None):
+    """(T, S) True where query i may see key j: the T queries are the last T of the S positions (bottom-right aligned).
+
+    Query i sits at position S - T + i. Causal: it sees j <= S - T + i. A window w keeps the w
+    most recent of those, S - T + i - w < j, so exactly min(S - T + i + 1, w) keys (Mistral's rule).
+    """
+    query_position = np.arange(S - T, S)[:, None]  # (T, 1): where each query sits among the keys
+    key_position = np.arange(S)[None, :]  # (1, S)
+    visible = np.ones((T, S), dtype=bool)
+    if causal:
+        visible &= key_position <= query_position
+        if window is not None:
+            visible &= key_position > query_position - window
+    return visible
+
+
+def masked_softmax(scores, visible, *, fully_masked="zeros"):
+    """softmax over the visible entries of each row (invisible ones get exactly 0); a row with none visible gets `fully_masked`.
+
+    The mask is a boolean select, never an additive -1e9 or finfo.min (which overflow to -inf in 16 bits,
+    and two of which add to -inf in any dtype), and a row with no visible key never computes 0/0.
+    """
+    if fully_masked not in FULLY_MASKED:
+        raise ValueError(f"fully_masked={fully_masked!r} is not one of {', '.join(FULLY_MASKED)}")
+    any_visible = visible.any(axis=-1, keepdims=True)  # (..., 1)
+    scores = np.where(visible, scores, -np.inf)  # mask BEFORE the softmax
+    scores = np.where(any_visible, scores, 0.0)  # a row with no visible key: all 0, so its softmax is 1/S, finite
+    weights = softmax(scores)
+    return weights if fully_masked == "uniform" else np.where(any_visible, weights, 0.0)
+
+
+def repeat_kv(k, group):
+    """(B, H_kv, S, D) -> (B, H_kv·group, S, D): kv head g serves query heads g·group .. (g+1)·group - 1 (repeat-interleave)."""
+    return np.repeat(k, group, axis=1)  # [kv0, kv0, kv1, kv1], never the tiling [kv0, kv1, kv0, kv1]
+
+
+def gqa_attention(q, k, v, causal=True, key_mask=None, window=None, *, fully_masked="zeros"):
+    """Grouped-query attention core: q (B, H, T, D), k and v (B, H_kv, S, D) -> out (B, H, T, D), weights (B, H, T, S).
+
+    H_kv = H is multi-head attention, H_kv = 1 multi-query attention. With T < S the queries are
+    the last T positions (a KV cache holds the first S - T). key_mask (B, S) is True for the keys
+    that may be seen (False: padding); window (with causal) keeps the w most recent keys.
+    """
+    B, H, T, D = q.shape
+    S = k.shape[2]
+    k, v = repeat_kv(k, H // k.shape[1]), repeat_kv(v, H // v.shape[1])  # (B, H, S, D)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)  # (B, H, T, D) x (B, H, D, S) -> (B, H, T, S)
+    visible = visible_keys(T, S, causal, window)  # (T, S)
+    if key_mask is not None:
+        visible = visible & np.asarray(key_mask, dtype=bool)[:, None, None, :]  # (B, 1, T, S)
+    weights = masked_softmax(scores, np.broadcast_to(visible, scores.shape), fully_masked=fully_masked)  # (B, H, T, S)
+    return weights @ v, weights  # (B, H, T, S) x (B, H, S, D) -> (B, H, T, D)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)) without overflow: exp of -|x| only."""
+    e = np.exp(-np.abs(x))  # in (0, 1]
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def silu(x):
+    """SiLU (swish): x·σ(x)."""
+    return x * sigmoid(x)
+
+
+def swiglu(x, W_gate, W_up, W_down):
+    """SwiGLU feed-forward: (SiLU(x·W_gate) ⊙ x·W_up)·W_down. (..., d) -> (..., d); the SiLU is on the gate branch only."""
+    return (silu(x @ W_gate) * (x @ W_up)) @ W_down  # (..., F) ⊙ (..., F) -> (..., F) x (F, d) -> (..., d)
+
+
+def split_heads(y, n_heads):
+    """(B, T, H·D) -> (B, H, T, D): head h takes the contiguous features h·D:(h+1)·D."""
+    B, T, width = y.shape
+    return y.reshape(B, T, n_heads, width // n_heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(y):
+    """(B, H, T, D) -> (B, T, H·D), the inverse of split_heads."""
+    B, H, T, D = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(B, T, H * D)
+
+
+def project(x, W, b=None):
+    """x·W (+ b): (..., d_in) x (d_in, d_out) -> (..., d_out)."""
+    return x @ W if b is None else x @ W + b
+
+
+def chunk_positions(past_length, n):
+    """The positions of n new tokens after past_length cached ones: past_length .. past_length + n - 1."""
+    return np.arange(past_length, past_length + n)
+
+
+def llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    """Llama's attention sublayer on new tokens x (B, T, d) at `positions`, after a cache of (k, v), each (B, H_kv, S_past, D).
+
+    Returns the output (B, T, d) and the cache extended by these tokens' keys and values (RoPE'd keys,
+    plain values: RoPE rotates q and k, never v). Optional biases b_q, b_k, b_v (Qwen2) are read from p.
+    """
+    q = split_heads(project(x, p["W_q"], p.get("b_q")), n_heads)  # (B, H, T, D)
+    k = split_heads(project(x, p["W_k"], p.get("b_k")), n_kv_heads)  # (B, H_kv, T, D)
+    v = split_heads(project(x, p["W_v"], p.get("b_v")), n_kv_heads)  # (B, H_kv, T, D)
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    if cache is not None:
+        k, v = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2)  # (B, H_kv, S_past + T, D)
+    heads, _ = gqa_attention(q, k, v, True, None, window)  # (B, H, T, D): the new queries are the last T positions
+    return merge_heads(heads) @ p["W_o"], (k, v)  # (B, T, H·D) x (H·D, d) -> (B, T, d)
+
+
+def llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
+    """One Llama block on new tokens x (B, T, d) at `positions`: (out (B, T, d), the extended cache)."""
+    p = params
+    attended, cache = llama_attention(rms_norm(x, p["attn_norm"], eps), p, n_heads, n_kv_heads, positions, rope_base, window, cache,
+                                      pairing=pairing)
+    h = x + attended  # pre-norm residual, as in GPT-2's block, with RMSNorm
+    return h + swiglu(rms_norm(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"]), cache
+
+
+def llama_block(x, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, *, pairing="half_split", eps=EPS):
+    """Llama's pre-norm decoder block on a whole sequence: x + Attn(RMSNorm(x)), then + SwiGLU(RMSNorm(x)). (B, T, d) -> (B, T, d).
+
+    `params` holds attn_norm (d,), W_q (d, H·D), W_k and W_v (d, H_kv·D), W_o (H·D, d), ffn_norm (d,),
+    W_gate and W_up (d, F), W_down (F, d), and optionally b_q, b_k, b_v. Always causal; positions 0 .. T - 1.
+    """
+    out, _ = llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, chunk_positions(0, x.shape[1]),
+                              pairing=pairing, eps=eps)
+    return out
+
+
+def check_vocab_ids(ids, vocab):
+    """Raise ValueError unless ids are (B, T) integers in [0, vocab) (RoPE has no max_len)."""
+    if ids.ndim != 2:
+        raise ValueError(f"ids must be (batch, seq), got shape {tuple(ids.shape)}")
+    if 0 not in ids.shape and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+        raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
+
+
+def llama_logits(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, *, pairing="half_split", eps=EPS):
+    """Llama-style language model: (B, T) ids -> (B, T, V) logits. Every block causal, positions from 0, an untied head.
+
+    `params` holds embed (V, d), blocks (a list of llama_block params), norm (d,) and W_out (d, V).
+    """
+    logits, _ = llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, [np.shape(ids)[1]], pairing=pairing, eps=eps)
+    return logits
+
+
+def cache_size(cache):
+    """How many numbers a KV cache holds: Σ over layers of k.size + v.size."""
+    return sum(k.size + v.size for k, v in cache if k is not None)
+
+
+def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, chunks=None, *, pairing="half_split", eps=EPS):
+    """Incremental decoding: a prefill of chunks[0] tokens, then each further chunk on the cache. -> (logits (B, T, V), cache_sizes (n,)).
+
+    chunks are positive ints summing to T (None: one chunk, the whole sequence). The cache holds every
+    layer's keys and values: after t tokens, 2·L·B·H_kv·D·t numbers, which cache_sizes reports after each chunk.
+    """
+    ids = np.asarray(ids)
+    check_vocab_ids(ids, params["embed"].shape[0])
+    T = ids.shape[1]
+    chunks = [T] if chunks is None else [int(n) for n in np.asarray(chunks).reshape(-1)]
+    if any(n < 1 for n in chunks) or sum(chunks) != T:
+        raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
+    cache = [None] * len(params["blocks"])  # per layer: (k, v), each (B, H_kv, t, D)
+    logits, sizes, start = [], [], 0
+    for n in chunks:
+        x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
+        positions = chunk_positions(start, n)  # past_length + i, not i
+        for layer, block in enumerate(params["blocks"]):
+            x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
+                                               pairing=pairing, eps=eps)
+        logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, d) x (d, V) -> (B, n, V)
+        sizes.append(cache_size([c for c in cache if c is not None]))
+        start += n
+    return np.concatenate(logits, axis=1), np.array(sizes, dtype=np.int64)
+
+
+def cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):
+    """Cross-attention: queries from the decoder stream x (B, T, d), keys and values from the encoder's memory (B, S, d).
+
+    No mask: every decoder position sees every encoder position. -> out (B, T, d), weights (B, H, T, S).
+    """
+    q = split_heads(x @ W_q, n_heads)  # (B, H, T, D)
+    k, v = split_heads(memory @ W_k, n_heads), split_heads(memory @ W_v, n_heads)  # (B, H, S, D)
+    heads, weights = gqa_attention(q, k, v, False, None, None)  # (B, H, T, D), (B, H, T, S)
+    return merge_heads(heads) @ W_o, weights  # (B, T, d)
+
+
+def decoder_block(x, memory, params, n_heads, *, gelu_form="tanh", eps=EPS):
+    """The encoder-decoder transformer's decoder block, pre-norm: causal self-attention, cross-attention, feed-forward. (B, T, d) -> (B, T, d).
+
+    `params` holds ln1_g ln1_b W_q W_k W_v W_o (self-attention), ln2_g ln2_b Wc_q Wc_k Wc_v Wc_o
+    (cross-attention), ln3_g ln3_b W1 b1 W2 b2 (feed-forward). memory (B, S, d) is the encoder's output.
+    """
+    p = params
+    x = x + attention(layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, True)[0]
+    x = x + cross_attention(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), memory, p["Wc_q"], p["Wc_k"], p["Wc_v"], p["Wc_o"], n_heads)[0]
+    return x + feed_forward(layer_norm(x, p["ln3_g"], p["ln3_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)

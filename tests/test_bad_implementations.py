@@ -4,6 +4,8 @@ import textwrap
 
 import pytest
 
+from invariants.protocol import PROTOCOL_VERSION
+
 try:  # imported here, not inside a pytester test: pytester would unload it after the test, and torch cannot load twice
     import torch
 except ImportError:
@@ -40,7 +42,8 @@ def test_bad_implementation_fails_every_layer_norm_invariant_with_a_one_line_rea
     if source is not None:
         path.write_text(source)
     result = pytester.runpytest_subprocess(
-        "--pyargs", "invariants", "--impl", str(path), "-k", "layer_norm and not keeps_dtype", "--invariants-profile=ci", "-p", "no:cacheprovider", "-rfE"
+        "--pyargs", "invariants", "--impl", str(path), "-k", "layer_norm and not keeps_dtype", "--invariants-profile=ci",
+        "-p", "no:cacheprovider", "-rfE"
     )
     outcomes = result.parseoutcomes()
     output = result.stdout.str()
@@ -57,7 +60,7 @@ def test_partial_implementation_runs_what_it_has_and_says_what_it_skipped(pytest
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] == 2  # rms_norm's scale law and its agreement with the reference
     assert outcomes["skipped"] >= 7
-    result.stdout.fnmatch_lines([f"*{path} does not provide layer_norm (protocol v1)*"])
+    result.stdout.fnmatch_lines([f"*{path} does not provide layer_norm (protocol v{PROTOCOL_VERSION})*"])
     result.stdout.fnmatch_lines(["transformer-invariants: 2 invariants passed, * examples run (fewest *, most * per invariant)"])
 
 

@@ -96,7 +96,8 @@ def test_a_bad_declaration_is_refused_when_the_implementation_loads(name, value,
 
 def test_the_references_declarations_skip_nothing():
     impl = Implementation(rt, label="reference.torch", backend="torch")
-    assert impl.declarations == {"GELU_FORM": "tanh", "ATTENTION_BIASES": True}
+    assert impl.declarations == {"GELU_FORM": "tanh", "ATTENTION_BIASES": True, "ROPE_PAIRING": "half_split", "QKV_BIASES": True,
+                                 "FULLY_MASKED_ROWS": "zeros"}
     assert not [name for name, inv in REGISTRY.items() if isinstance(inv.skip_reason(impl), Declared)]
 
 

@@ -1,0 +1,223 @@
+"""Invariants of cross-attention and the encoder-decoder's decoder block: every encoder position reached, none ordered, causality.
+
+cross_attention(x (B, T, d), memory (B, S, d), W_q, W_k, W_v, W_o (d, d), n_heads) takes its queries
+from the decoder stream and its keys and values from the encoder's output, with no mask: every
+decoder position sees every encoder position, and the encoder's positions form a set (no order of
+their own reaches the output). A cross-attention that inherits the decoder's causal mask shipped in
+transformers' Mllama under SDPA (huggingface/transformers#48172). decoder_block(x, memory, params,
+n_heads) is pre-norm: x + SelfAttn(LN1(x)) (causal), + CrossAttn(LN2(x), memory), + FFN(LN3(x)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import reference.numpy as ref
+from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
+from invariants.conventions import d_ff_for, layer_norm_eps, returns_weights
+from invariants.reference_check import assert_agrees_with_reference, reference_answer
+from invariants.registry import invariant
+from invariants.tolerance import agreement_tolerance, layer_norm_condition
+from strategies.core import float_arrays
+from strategies.decoder import cross_args, cross_inputs, decoder_block_params
+
+ROUNDINGS = 8  # as invariants/attention.py
+PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+def _call(inputs, note=""):
+    text = f"cross_attention(x{list(inputs['x'].shape)}, memory{list(inputs['memory'].shape)}, W_q, W_k, W_v, W_o, n_heads={inputs['n_heads']})"
+    return f"{text} {note}" if note else text
+
+
+def _cross(impl, inputs, call, **changes):
+    """impl.cross_attention on inputs with `changes`: out (B, T, d) and weights (B, H, T, S) (None with ATTENTION_WEIGHTS = False)."""
+    __tracebackhide__ = True
+    args = {**inputs, **changes}
+    (B, T, d), S = args["x"].shape, args["memory"].shape[1]
+    answer = impl.cross_attention(*cross_args(args))
+    n = len(answer) if isinstance(answer, tuple) else 1
+    if not returns_weights(impl):
+        assert_value(n, 1, "number of arrays cross_attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
+        return assert_shape(answer, (B, T, d), "cross_attention output", call), None
+    assert_value(n, 2, "number of arrays cross_attention returned (out, weights)", call)
+    return (assert_shape(answer[0], (B, T, d), "cross_attention output", call),
+            assert_shape(answer[1], (B, args["n_heads"], T, S), "cross_attention weights", call))
+
+
+def _magnitude(impl, inputs):
+    """The size of the terms behind an output element: max of (max|memory·W_v| over keys) @ |W_o|."""
+    memory, W_v, W_o = (np.abs(impl.as_seen(inputs[name])) for name in ("memory", "W_v", "W_o"))
+    return float(((memory @ W_v).max(axis=1, initial=0.0) @ W_o).max(initial=0.0))
+
+
+def _shift(case, shape):
+    """A change of memory[:, j] by at least 1 in every feature (so that even a 16-bit output sees it): ±[1, 4]."""
+    size = case.draw(float_arrays(shape), "direction of the shift")
+    return np.sign(size + (size == 0)) * (1.0 + np.minimum(np.abs(size), 3.0))
+
+
+def _changed_somewhere(after, before):
+    """(B, T) True where a position's output differs from before in at least one feature."""
+    return (after != before).any(axis=-1)
+
+
+@invariant(
+    requires=("cross_attention",),
+    hint="the cross-attention is masked: it inherits the decoder's causal mask (decoder position i sees encoder positions <= i, "
+    "as in huggingface/transformers#48172), or a padding mask meant for the decoder; or its keys come from the decoder stream",
+)
+def sees_every_memory_position(impl, case):
+    """Every cross-attention weight is > 0, and shifting the encoder output at any one position j changes the output at every decoder
+    position (float32 and float64: in 16 bits a change can round away)."""
+    inputs = case.draw(cross_inputs(min_memory=2), "inputs")
+    B, S, d = inputs["memory"].shape
+    j = case.draw(st.integers(0, S - 1), "j (changed encoder position)")
+    memory = inputs["memory"].copy()
+    memory[:, j] += _shift(case, (B, d))
+    call = _call(inputs, f"with memory[:, {j}] shifted")
+    out, weights = _cross(impl, inputs, call)
+    new_out, _ = _cross(impl, inputs, call, memory=memory)
+    if weights is not None:
+        assert_where(weights > 0, weights, "cross-attention weights", "> 0 at every encoder position (no mask)", call)
+    if impl.dtype in LOW_PRECISION:  # 8 or 11 bits can round one position's share of a change away; the weights above still must be > 0
+        return
+    assert_where(_changed_somewhere(new_out, out), new_out[..., 0], f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
+                 "changed at every decoder position", call)
+
+
+@invariant(
+    requires=("cross_attention",),
+    hint="the encoder positions carry an order into the cross-attention: RoPE or a relative-position bias applied to the "
+    "memory's keys (position information belongs to the encoder, not to cross-attention), or a mask over the encoder positions",
+)
+def memory_permutation_invariance(impl, case):
+    """Permuting the encoder positions leaves the cross-attention output unchanged and permutes its weights' columns the same way
+    (to rounding)."""
+    inputs = case.draw(cross_inputs(min_memory=2), "inputs")
+    S = inputs["memory"].shape[1]
+    p = np.array(case.draw(st.permutations(range(S)), "permutation p of the encoder positions"))
+    call = _call(inputs, "vs the same on memory[:, p]")
+    out, weights = _cross(impl, inputs, call)
+    moved_out, moved_weights = _cross(impl, inputs, call, memory=inputs["memory"][:, p])
+    tol = impl.tolerance.scaled(2)  # the same terms summed in another order
+    if weights is not None:
+        assert_close(moved_weights, weights[..., p], "weights on memory[:, p]", tol, call)
+    assert_close(moved_out, out, "output on memory[:, p]", tol.at_scale(_magnitude(impl, inputs)), call)
+
+
+@invariant(
+    requires=("cross_attention",),
+    hint="the roles are swapped (queries from the memory, keys and values from x) or the scale differs from 1/√D of the head, "
+    "or the heads are split differently from the protocol's attention (contiguous column blocks)",
+)
+def cross_agrees_with_reference(impl, case):
+    """cross_attention's output and weights agree with the float64 reference (1e-10 in float64, the dtype tolerance otherwise)."""
+    inputs = case.draw(cross_inputs(), "inputs")
+    call = _call(inputs)
+    out, weights = _cross(impl, inputs, call)
+    expected_out, expected_weights = reference_answer(impl, "cross_attention", *cross_args(inputs))
+    tol = agreement_tolerance(impl.dtype)
+    if impl.dtype != "float64":
+        tol = tol.scaled(ROUNDINGS)
+    if weights is not None:
+        assert_close(weights, expected_weights, "cross_attention weights", tol, call)
+    assert_close(out, expected_out, "cross_attention output", tol.at_scale(_magnitude(impl, inputs)), call)
+
+
+# -- the decoder block --------------------------------------------------------------------------------------------
+
+_OUTPUTS = ("W_o", "Wc_o", "W2", "b2")  # what the three sublayers' outputs are made of
+
+
+def _block_case(impl, case, *, min_seq=1, min_memory=1):
+    inputs = case.draw(cross_inputs(min_seq=min_seq, min_memory=min_memory), "x, memory and n_heads (the W's unused)")
+    d = inputs["x"].shape[-1]
+    params = case.draw(decoder_block_params(d, d_ff=d_ff_for(impl, d)), "params")
+    return inputs["x"], inputs["memory"], params, inputs["n_heads"]
+
+
+def _block(impl, x, memory, params, n_heads, call):
+    __tracebackhide__ = True
+    return assert_shape(impl.decoder_block(x, memory, params, n_heads), x.shape, "decoder_block output", call)
+
+
+def _block_call(x, memory, n_heads, note=""):
+    text = f"decoder_block(x{list(x.shape)}, memory{list(memory.shape)}, params, n_heads={n_heads})"
+    return f"{text} {note}" if note else text
+
+
+@invariant(
+    requires=("decoder_block",),
+    hint="a sublayer's output replaces the stream instead of being added to it, or a norm is applied after an add (post-norm): "
+    "with W_o, Wc_o, W2 and b2 zeroed a pre-norm decoder block is the identity",
+)
+def block_residual_identity(impl, case):
+    """With W_o, Wc_o, W2 and b2 zeroed, the decoder block returns its input exactly, whatever the memory."""
+    x, memory, params, n_heads = _block_case(impl, case)
+    quiet = {name: np.zeros_like(value) if name in _OUTPUTS else value for name, value in params.items()}
+    call = _block_call(x, memory, n_heads, "with W_o = Wc_o = W2 = b2 = 0")
+    assert_equal(_block(impl, x, memory, quiet, n_heads, call), impl.as_seen(x), "decoder_block output", call)
+
+
+@invariant(
+    requires=("decoder_block",),
+    hint="the decoder's self-attention is not causal (the mask dropped or given to the cross-attention instead), or the "
+    "cross-attention's queries mix decoder positions",
+)
+def block_causal_non_leakage(impl, case):
+    """Changing the decoder input at positions >= j leaves the decoder block's outputs at positions < j exactly equal, whatever the memory."""
+    x, memory, params, n_heads = _block_case(impl, case, min_seq=2)
+    B, T, d = x.shape
+    j = case.draw(st.integers(1, T - 1), "j (first changed position)")
+    changed = x.copy()
+    changed[:, j:] = case.draw(float_arrays((B, T - j, d), **PERTURBATION_SCALES), "new x[:, j:]")
+    call = _block_call(x, memory, n_heads, f"with x[:, {j}:] changed")
+    before, after = _block(impl, x, memory, params, n_heads, call), _block(impl, changed, memory, params, n_heads, call)
+    assert_equal(after[:, :j], before[:, :j], f"decoder_block output at positions < {j}", call)
+
+
+@invariant(
+    requires=("decoder_block",),
+    hint="the block's cross-attention does not read the memory (keys and values from the decoder stream: self-attention twice), "
+    "or it is masked causally over the encoder positions",
+    applies=lambda impl: (f"{impl.label} runs in {impl.dtype}: a decoder block's 8 or 11 bits can round away one encoder position's "
+                          "share of the output; this invariant runs in float32 and float64") if impl.dtype in LOW_PRECISION else None,
+)
+def block_sees_every_memory_position(impl, case):
+    """Shifting the encoder output at any one position j changes the decoder block's output at every decoder position (float32 and float64)."""
+    x, memory, params, n_heads = _block_case(impl, case, min_memory=2)
+    B, S, d = memory.shape
+    j = case.draw(st.integers(0, S - 1), "j (changed encoder position)")
+    changed = memory.copy()
+    changed[:, j] += _shift(case, (B, d))
+    call = _block_call(x, memory, n_heads, f"with memory[:, {j}] shifted")
+    before, after = _block(impl, x, memory, params, n_heads, call), _block(impl, x, changed, params, n_heads, call)
+    assert_where(_changed_somewhere(after, before), after[..., 0], f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
+                 "changed at every decoder position", call)
+
+
+@invariant(
+    requires=("decoder_block",),
+    hint="the block differs from the pre-norm encoder-decoder block: the cross-attention reads the un-normalised stream or "
+    "normalises the memory with ln2, the sublayers run in another order, or the GELU form differs from the declared GELU_FORM",
+)
+def block_agrees_with_reference(impl, case):
+    """decoder_block agrees with the float64 reference (1e-10 in float64, the dtype tolerance otherwise)."""
+    x, memory, params, n_heads = _block_case(impl, case)
+    call = _block_call(x, memory, n_heads)
+    got = _block(impl, x, memory, params, n_heads, call)
+    assert_agrees_with_reference(impl, "decoder_block", (x, memory, params, n_heads), got, "decoder_block output", factor=ROUNDINGS,
+                                 condition=_condition(impl, x, memory, params, n_heads), call=call,
+                                 options={"eps": layer_norm_eps(impl)}, gelu=True)
+
+
+def _condition(impl, x, memory, params, n_heads):
+    """The worst layer_norm_condition of the block's three norm inputs, in float64 (see invariants/tolerance.py)."""
+    x, memory, p = impl.as_seen((x, memory, params))
+    eps = layer_norm_eps(impl)
+    h1 = x + ref.attention(ref.layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, True)[0]
+    h2 = h1 + ref.cross_attention(ref.layer_norm(h1, p["ln2_g"], p["ln2_b"], eps), memory, p["Wc_q"], p["Wc_k"], p["Wc_v"], p["Wc_o"], n_heads)[0]
+    return max(layer_norm_condition(h, eps) for h in (x, h1, h2))

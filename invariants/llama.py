@@ -1,0 +1,247 @@
+"""Invariants of the Llama-style block and model: the residual identity, causality, values not rotated, the reference.
+
+llama_block(x (B, T, d), params, n_heads, n_kv_heads, rope_base, window) is pre-norm with RMSNorm:
+h = x + Attn(RMSNorm(x)), out = h + SwiGLU(RMSNorm(h)); attention is grouped-query, causal, with
+RoPE at positions 0 .. T - 1 on q and k (never v) and an optional sliding window. llama_logits(ids,
+params, ...) embeds, runs the blocks, normalises and applies an untied head W_out (d, V). The
+decoding path (llama_decode, the KV cache) has its invariants in invariants/decoding.py.
+
+What is drawn follows the declarations: q/k/v biases (Qwen2) only under QKV_BIASES = True, no
+window under SLIDING_WINDOW = False, the RMSNorm eps RMS_NORM_EPS (else 1e-5), and the pairing
+ROPE_PAIRING (undeclared: either pairing's reference, one for the whole call).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import reference.numpy as ref
+from invariants.asserts import assert_close, assert_equal, assert_shape
+from invariants.conventions import declared, rms_norm_eps
+from invariants.registry import invariant
+from invariants.rope import assert_close_to_a_pairing, rope_pairings
+from invariants.tolerance import agreement_tolerance
+from strategies.core import float_arrays
+from strategies.decoder import llama_block_params, llama_configs, llama_params
+from strategies.params import token_ids
+
+ROUNDINGS = 8  # two norms, attention's chain and SwiGLU's, two residual sums: as the GPT block's 4 × 2 for the extra RoPE and gate
+
+_BLOCK_OUTPUTS = ("W_o", "W_down")  # what the two sublayers' outputs are made of (no output biases in Llama)
+
+
+def draw_config(impl, case, **options):
+    """A LlamaConfig impl can take: q/k/v biases only if it declares QKV_BIASES = True, no window under SLIDING_WINDOW = False."""
+    options.setdefault("qkv_bias", None if declared(impl, "QKV_BIASES") else False)
+    if not declared(impl, "SLIDING_WINDOW"):
+        options["windowed"] = False
+    return case.draw(llama_configs(**options), "config")
+
+
+def silenced(params):
+    """A copy of llama block params whose sublayers output exactly 0: W_o and W_down zeroed."""
+    return {name: np.zeros_like(value) if name in _BLOCK_OUTPUTS else value for name, value in params.items()}
+
+
+def sizes(config):
+    """The protocol's size arguments after params: (n_heads, n_kv_heads, rope_base, window)."""
+    return config.n_heads, config.n_kv_heads, config.rope_base, config.window
+
+
+def block_call(config, note=""):
+    text = (f"llama_block(x, params, n_heads={config.n_heads}, n_kv_heads={config.n_kv_heads}, rope_base={config.rope_base!r}, "
+            f"window={config.window})")
+    return f"{text} {note}" if note else text
+
+
+def model_call(config, ids, note=""):
+    text = (f"llama_logits(ids{list(ids.shape)}, params, n_heads={config.n_heads}, n_kv_heads={config.n_kv_heads}, "
+            f"rope_base={config.rope_base!r}, window={config.window})")
+    return f"{text} {note}" if note else text
+
+
+def reference_with_pairings(impl, name, args):
+    """{pairing: the float64 reference's answer to name(*args)} for each pairing impl may follow, at its RMSNorm eps."""
+    seen = impl.as_seen(args)
+    return {p: getattr(ref, name)(*seen, pairing=p, eps=rms_norm_eps(impl)) for p in rope_pairings(impl)}
+
+
+def _row_condition(h, terms, eps):
+    """How much an RMSNorm of h (..., d) magnifies the rounding of the sums that made it: max over rows of max(terms) / rms(h)."""
+    return float((terms.max(axis=-1) / np.sqrt((h * h).mean(axis=-1) + eps)).max(initial=1.0))
+
+
+def norms_condition(impl, x, blocks, config, *, final=False):
+    """The worst condition of the RMSNorm inputs of `blocks` run on x (B, T, d) in float64 (and of the final norm's, final=True).
+
+    The residual stream is a sum of terms (x, each attention and SwiGLU output) whose roundings are relative to the
+    terms, not to the sum; where they cancel, a norm divides those errors by a small root mean square and magnifies
+    them (the RMSNorm form of layer_norm_condition). Checks that compare two roundings of a block or a model grow their
+    tolerance with it beyond the typical 8 (Tolerance.conditioned).
+    """
+    eps, pairing = rms_norm_eps(impl), rope_pairings(impl)[0]
+    x, blocks = impl.as_seen((x, blocks))
+    positions = np.arange(x.shape[1])
+    terms, worst = np.abs(x), 1.0
+    for p in blocks:
+        worst = max(worst, _row_condition(x, terms, eps))
+        attended, _ = ref.llama_attention(ref.rms_norm(x, p["attn_norm"], eps), p, config.n_heads, config.n_kv_heads, positions,
+                                          config.rope_base, config.window, pairing=pairing)
+        h, terms = x + attended, terms + np.abs(attended)
+        worst = max(worst, _row_condition(h, terms, eps))
+        fed = ref.swiglu(ref.rms_norm(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"])
+        x, terms = h + fed, terms + np.abs(fed)
+    return max(worst, _row_condition(x, terms, eps)) if final else worst
+
+
+def model_condition(impl, ids, params, config):
+    """norms_condition of the whole model on ids, the final norm included."""
+    return norms_condition(impl, params["embed"][ids], params["blocks"], config, final=True)
+
+
+def _block_case(impl, case, *, min_seq=1, **options):
+    config = draw_config(impl, case, **options)
+    shape = case.draw(st.tuples(st.integers(1, 2), st.integers(min_seq, 6)), "(batch, seq)")
+    x = case.draw(float_arrays((*shape, config.d_model)), "x")  # (B, T, d)
+    return config, x, case.draw(llama_block_params(config), "params")
+
+
+def _block(impl, x, params, config, call):
+    __tracebackhide__ = True
+    return assert_shape(impl.llama_block(x, params, *sizes(config)), x.shape, "llama_block output", call)
+
+
+def _logits(impl, ids, params, config, call):
+    __tracebackhide__ = True
+    return assert_shape(impl.llama_logits(ids, params, *sizes(config)), (*ids.shape, config.vocab), "llama_logits output", call)
+
+
+@invariant(
+    requires=("llama_block",),
+    hint="the residual is replaced instead of added (x = attn(norm(x))), a sublayer has no skip connection, or a norm is applied "
+    "after the add (post-norm): a pre-norm block whose W_o and W_down are 0 is the identity",
+)
+def residual_identity(impl, case):
+    """With W_o and W_down zeroed, a Llama block returns its input exactly, and so does a stack of up to 3 such blocks."""
+    config, x, _ = _block_case(impl, case)
+    stack = case.draw(st.lists(llama_block_params(config), min_size=1, max_size=3), "params of each block")
+    y = x
+    for i, params in enumerate(stack):
+        call = block_call(config, f"with W_o = W_down = 0, block {i + 1} of {len(stack)}")
+        y = _block(impl, y, silenced(params), config, call)
+        assert_equal(y, impl.as_seen(x), f"output of block {i + 1} of {len(stack)}", call)  # x + 0.0 == x, -0.0 included
+
+
+@invariant(
+    requires=("llama_block",),
+    hint="the block's attention is not causal (is_causal not passed, a mask built for another length) or something mixes "
+    "tokens outside attention (a norm over the sequence axis, RoPE angles from the sequence length)",
+)
+def causal_non_leakage(impl, case):
+    """Changing x at positions >= j leaves the Llama block's outputs at positions < j exactly equal."""
+    config, x, params = _block_case(impl, case, min_seq=2)
+    B, T, d = x.shape
+    j = case.draw(st.integers(1, T - 1), "j (first changed position)")
+    changed = x.copy()
+    changed[:, j:] = case.draw(float_arrays((B, T - j, d), min_scale=0.25, max_scale=4.0), "new x[:, j:]")
+    call = block_call(config, f"with x[:, {j}:] changed")
+    before, after = _block(impl, x, params, config, call), _block(impl, changed, params, config, call)
+    assert_equal(after[:, :j], before[:, :j], f"llama_block output at positions < {j}", call)
+
+
+def _running_mean_of_values(impl, x, params, config):
+    """float64 x + (each query's mean of the values it may see)·W_o: the Llama block with W_q = 0 (uniform weights) and W_down = 0."""
+    x, p = impl.as_seen((x, params))
+    B, T, d = x.shape
+    normed = ref.rms_norm(x, p["attn_norm"], rms_norm_eps(impl))  # (B, T, d)
+    v = ref.split_heads(ref.project(normed, p["W_v"], p.get("b_v")), config.n_kv_heads)  # (B, H_kv, T, D)
+    v = ref.repeat_kv(v, config.group)  # (B, H, T, D)
+    seen = ref.visible_keys(T, T, True, config.window).astype(np.float64)  # (T, T)
+    means = (seen / seen.sum(axis=-1, keepdims=True)) @ v  # (T, T) x (B, H, T, D) -> (B, H, T, D): uniform weights
+    merged = ref.merge_heads(means)  # (B, T, H·D)
+    return x + merged @ p["W_o"], float((np.abs(x) + np.abs(merged) @ np.abs(p["W_o"])).max())
+
+
+@invariant(
+    requires=("llama_block",),
+    hint="RoPE is applied to the values (it belongs on q and k only: rotated values make the output depend on absolute "
+    "positions), the values are taken before the norm, or the weights of a zero query are not uniform over the visible keys "
+    "(a mask that is missing or not causal)",
+)
+def values_are_not_rotated(impl, case):
+    """With W_q = 0 (every score 0: uniform weights) and W_down = 0, the block is x + (each position's mean of the values it may see)·W_o,
+    with the values RMSNorm(x)·W_v unrotated (to rounding)."""
+    config, x, params = _block_case(impl, case)
+    quiet = {**params, "W_q": np.zeros_like(params["W_q"]), "W_down": np.zeros_like(params["W_down"])}
+    if "b_q" in quiet:
+        quiet["b_q"] = np.zeros_like(quiet["b_q"])
+    call = block_call(config, "with W_q = 0 (and b_q = 0) and W_down = 0")
+    got = _block(impl, x, quiet, config, call)
+    expected, scale = _running_mean_of_values(impl, x, quiet, config)
+    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(scale)
+    assert_close(got, expected, "llama_block output: x + the running mean of unrotated values, @ W_o", tol, call)
+
+
+@invariant(
+    requires=("llama_block",),
+    hint="the block differs from Llama's: RMSNorm (not LayerNorm, eps inside the root) before each sublayer, attention then "
+    "SwiGLU in sequence, grouped-query heads in repeat-interleave order, RoPE θ_i = rope_base^(-2i/D) in the declared pairing, "
+    "the q/k/v biases used when given (QKV_BIASES = True), the window as min(p + 1, w) keys",
+)
+def block_agrees_with_reference(impl, case):
+    """llama_block agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
+    config, x, params = _block_case(impl, case)
+    call = block_call(config)
+    got = _block(impl, x, params, config, call)
+    answers = reference_with_pairings(impl, "llama_block", (x, params, *sizes(config)))
+    tol = agreement_tolerance(impl.dtype)
+    if impl.dtype != "float64":
+        tol = tol.scaled(ROUNDINGS)
+    scale = max(float(np.abs(a).max()) for a in answers.values())
+    if impl.dtype != "float64":
+        tol = tol.conditioned(norms_condition(impl, x, [params], config))
+    assert_close_to_a_pairing(impl, got, answers, "llama_block output", tol.at_scale(scale), call)
+
+
+def model_case(impl, case, *, min_seq=1, **options):
+    """Draw a config, a params tree and ids (B, T) for llama_logits and llama_decode."""
+    config = draw_config(impl, case, **options)
+    params = case.draw(llama_params(config), "params")
+    ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_seq, max_seq=6), "ids")
+    return config, params, ids
+
+
+@invariant(
+    requires=("llama_logits",),
+    hint="a block is not causal, or the model mixes positions outside attention: RoPE angles computed from the sequence "
+    "length, or a norm over the sequence axis",
+)
+def model_causal_non_leakage(impl, case):
+    """Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal."""
+    config, params, ids = model_case(impl, case, min_seq=2)
+    B, T = ids.shape
+    j = case.draw(st.integers(1, T - 1), "j (first changed position)")
+    changed = ids.copy()
+    changed[:, j:] = case.draw(token_ids(config.vocab, min_batch=B, max_batch=B, min_seq=T - j, max_seq=T - j), "new ids[:, j:]")
+    call = model_call(config, ids, f"with ids[:, {j}:] changed")
+    before, after = _logits(impl, ids, params, config, call), _logits(impl, changed, params, config, call)
+    assert_equal(after[:, :j], before[:, :j], f"logits at positions < {j}", call)
+
+
+@invariant(
+    requires=("llama_logits",),
+    hint="the model differs from the protocol's Llama: embeddings not scaled, the blocks in order, a final RMSNorm (norm) and "
+    "an untied head W_out (d, V) — not the embedding table transposed",
+)
+def logits_agree_with_reference(impl, case):
+    """llama_logits agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
+    config, params, ids = model_case(impl, case)
+    call = model_call(config, ids)
+    got = _logits(impl, ids, params, config, call)
+    answers = reference_with_pairings(impl, "llama_logits", (ids, params, *sizes(config)))
+    tol = agreement_tolerance(impl.dtype)
+    if impl.dtype != "float64":
+        tol = tol.scaled(ROUNDINGS * max(1, config.n_layers)).conditioned(model_condition(impl, ids, params, config))
+    scale = max(float(np.abs(a).max()) for a in answers.values())
+    assert_close_to_a_pairing(impl, got, answers, "logits", tol.at_scale(scale), call)
