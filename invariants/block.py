@@ -6,6 +6,11 @@ bias support passes, and one that declares support but ignores them fails agrees
 causal=True only under CAUSAL_ONLY (permutation_equivariant, encoder mode, is then skipped), the
 feed-forward width FEED_FORWARD_RATIO·d (else 4·d), and its LayerNorm eps (LAYER_NORM_EPS, else
 1e-5) wherever the check computes a norm itself or asks the reference.
+
+Long sequences are drawn on purpose (at d_model <= 8, where they cost little): causal_non_leakage
+draws 65 or 129 tokens half the time and runs at every length either side of 16, 32, 64
+and 128 up to it, so a mask that is right only up to a block size or a tile shows; the exact identities draw
+lengths on either side of each tile; shape_preserved draws inputs of up to about ±700 too.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from invariants.conventions import PROTOCOL_EPS, attention_biases, causal_modes,
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
-from strategies.core import attention_shapes, float_arrays
+from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, swept_lengths
 from strategies.params import block_params
 
 EPS = PROTOCOL_EPS  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside unless LAYER_NORM_EPS says otherwise
@@ -37,11 +42,13 @@ def silenced(params, *sublayers):
     return quiet
 
 
-def _shape_and_input(case, *, min_seq=1, wide=False):
-    """Draw a shape and an input x (B, T, d) of unit-size values; wide=True keeps d_model >= 8 (see wide_in_16_bits)."""
+def _shape_and_input(case, *, min_seq=1, wide=False, long_lengths=(), max_scale=1.0):
+    """Draw a shape and an input x (B, T, d) of unit-size values (up to max_scale); wide=True keeps d_model >= 8 (see
+    wide_in_16_bits); long_lengths adds long sequences at d_model <= 8 half the time."""
     widths = dict(min_heads=2, min_d_head=4) if wide else dict(min_heads=1, min_d_head=1)
-    shape = case.draw(attention_shapes(max_batch=2, min_seq=min_seq, max_seq=6, max_heads=3, max_d_head=4, **widths), "shape")
-    return shape, case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
+    shapes = attention_shapes(max_batch=2, min_seq=min_seq, max_seq=6, max_heads=3, max_d_head=4, long_lengths=long_lengths, **widths)
+    shape = case.draw(shapes, "shape")
+    return shape, case.draw(float_arrays((shape.batch, shape.seq, shape.d_model), max_scale=max_scale), "x")  # (B, T, d)
 
 
 def block_params_for(impl, d_model, *, attn_bias=None):
@@ -56,9 +63,9 @@ def draw_causal(impl, case):
     return case.draw(st.booleans() if len(causal_modes(impl)) == 2 else st.just(True), "causal")
 
 
-def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False):
-    """Draw a shape, an input x (B, T, d) and one block's params (see block_params_for)."""
-    shape, x = _shape_and_input(case, min_seq=min_seq, wide=wide)
+def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False, **inputs):
+    """Draw a shape, an input x (B, T, d) and one block's params (see block_params_for); inputs go to _shape_and_input."""
+    shape, x = _shape_and_input(case, min_seq=min_seq, wide=wide, **inputs)
     return shape, x, case.draw(block_params_for(impl, shape.d_model, attn_bias=attn_bias), "params")
 
 
@@ -89,7 +96,7 @@ def wide_in_16_bits(impl):
 )
 def residual_identity(impl, case):
     """With W_o, W2, b2 (and b_o) zeroed, a block returns its input exactly, and so does a stack of up to 4 such blocks."""
-    shape, x = _shape_and_input(case)
+    shape, x = _shape_and_input(case, long_lengths=LONG_LENGTHS)
     stack = case.draw(st.lists(block_params_for(impl, shape.d_model), min_size=1, max_size=4), "params of each block")
     causal = draw_causal(impl, case)
     y = x
@@ -140,8 +147,12 @@ def attention_sublayer_alone(impl, case):
     hint="the block changes the shape (heads not merged back to d, a sequence axis reduced) or overflows to inf/NaN",
 )
 def shape_preserved(impl, case):
-    """transformer_block maps a (B, T, d) input to a finite (B, T, d) output, causal or not."""
-    shape, x, params = _block_case(impl, case)
+    """transformer_block maps a (B, T, d) input to a finite (B, T, d) output, causal or not.
+
+    Inputs of size up to about ±700 (grid values times up to 2**8) and lengths up to 129 are drawn:
+    finite in every dtype, float16 included, where x² (in a norm) no longer is.
+    """
+    shape, x, params = _block_case(impl, case, long_lengths=LONG_LENGTHS, max_scale=2.0**8)
     causal = draw_causal(impl, case)
     call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal={causal})"
     y = assert_shape(impl.transformer_block(x, params, shape.n_heads, causal), x.shape, "block output", call)
@@ -150,21 +161,27 @@ def shape_preserved(impl, case):
 
 @invariant(
     requires=("transformer_block",),
-    hint="the block does not pass causal=True to its attention (or builds the mask for the wrong positions), "
-         "or something mixes tokens outside attention (a norm over the sequence axis)",
+    hint="the block does not pass causal=True to its attention, builds the mask for the wrong positions or only up "
+         "to some length (a mask buffer for a fixed block size, a kernel masking only within its tiles: see the length "
+         "in the call), or something mixes tokens outside attention (a norm over the sequence axis)",
 )
 def causal_non_leakage(impl, case):
-    """In decoder mode (causal=True), changing x at positions >= j leaves the block's outputs at positions < j exactly equal."""
-    shape, x, params = _block_case(impl, case, min_seq=2)
-    j = case.draw(st.integers(1, shape.seq - 1), "j (first changed position)")
-    future = case.draw(float_arrays((shape.batch, shape.seq - j, shape.d_model)), "new x[:, j:]")  # (B, T - j, d)
-    changed = x.copy()
-    changed[:, j:] = future
-    call = f"transformer_block(x, params, n_heads={shape.n_heads}, causal=True) with x[:, {j}:] changed"
-    before = impl.transformer_block(x, params, shape.n_heads, True)
-    after = impl.transformer_block(changed, params, shape.n_heads, True)
-    # Exact: a masked weight is exactly 0 and 0·v is 0 for any finite v, so no bit of the future reaches the past.
-    assert_equal(after[:, :j], before[:, :j], f"block output at positions < {j}", call)
+    """In decoder mode (causal=True), changing x at positions >= j leaves the block's outputs at positions < j exactly equal.
+
+    Drawn at lengths up to 129: a long draw runs at every length either side of 16, 32, 64 and 128 up to it.
+    """
+    shape, x, params = _block_case(impl, case, min_seq=2, long_lengths=SWEPT_LENGTHS)
+    drawn_j = case.draw(st.integers(1, shape.seq - 1), "j (first changed position; at most T - 1 at each length T)")
+    new = case.draw(float_arrays((shape.batch, shape.seq - 1, shape.d_model)), "new x[:, 1:] (used from j on)")  # (B, T - 1, d)
+    for T in swept_lengths(shape.seq):
+        j = min(drawn_j, T - 1)
+        changed = x.copy()
+        changed[:, j:] = new[:, j - 1 :]  # every position from j on changes
+        call = f"transformer_block(x[{shape.batch}, {T}, {shape.d_model}], params, n_heads={shape.n_heads}, causal=True) with x[:, {j}:] changed"
+        before = impl.transformer_block(x[:, :T], params, shape.n_heads, True)
+        after = impl.transformer_block(changed[:, :T], params, shape.n_heads, True)
+        # Exact: a masked weight is exactly 0 and 0·v is 0 for any finite v, so no bit of the future reaches the past.
+        assert_equal(after[:, :j], before[:, :j], f"block output at positions < {j}", call)
 
 
 @invariant(

@@ -4,6 +4,10 @@ Models are drawn with what the implementation declares (invariants/conventions.p
 biases only under ATTENTION_BIASES = True, blocks of width FEED_FORWARD_RATIO·d (else 4·d); the
 reference and the final norm's expected values use its LAYER_NORM_EPS (else 1e-5) and GELU_FORM
 (else either form, one for the whole model).
+
+causal_non_leakage and prefix_consistency draw, half the time, a model of 65 or 129
+positions at d_model <= 8 and run at every length either side of 16, 32, 64 and 128 up to it: a
+mask right only up to a block size or a tile length shows on one side of it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from invariants.conventions import attention_biases, declared, layer_norm_eps
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
-from strategies.core import float_arrays
+from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, swept_lengths
 from strategies.params import gpt_configs, gpt_params, token_ids
 
 
@@ -26,12 +30,23 @@ def configs_for(impl, **options):
     return gpt_configs(attn_bias=attention_biases(impl), ff_ratio=declared(impl, "FEED_FORWARD_RATIO") or 4, **options)
 
 
-def _model_case(impl, case, *, min_seq=1, spare_positions=0, wide=False):
-    """Draw a config, its params and ids (B, T) with T <= max_len - spare_positions; wide=True keeps d_model and vocab >= 8."""
+def _model_case(impl, case, *, min_seq=1, spare_positions=0, wide=False, long_lengths=()):
+    """Draw a config, its params and ids (B, T) with T <= max_len - spare_positions; wide=True keeps d_model and vocab >= 8.
+
+    long_lengths: half the time, a model of exactly that many positions (drawn from them) at d_model <= 8, and ids of that length.
+    """
     widths = dict(min_heads=2, min_d_head=4, min_vocab=8) if wide else {}
-    config = case.draw(configs_for(impl, min_max_len=min_seq + spare_positions, **widths), "config")
+    long = case.draw(st.one_of(st.none(), st.sampled_from(long_lengths)), "long sequence") if long_lengths else None
+    if long is None:
+        config = case.draw(configs_for(impl, min_max_len=min_seq + spare_positions, **widths), "config")
+        min_ids, max_ids = min_seq, config.max_len - spare_positions
+    else:
+        narrow = dict(max_heads=2, max_d_head=4) if wide else dict(max_heads=2, max_d_head=MAX_LONG_WIDTH // 2)
+        positions = long + spare_positions
+        config = case.draw(configs_for(impl, min_max_len=positions, max_max_len=positions, **widths, **narrow), "config")
+        min_ids = max_ids = long
     params = case.draw(gpt_params(config), "params")
-    ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_seq, max_seq=config.max_len - spare_positions), "ids")
+    ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_ids, max_seq=max_ids), "ids")
     return config, params, ids
 
 
@@ -52,40 +67,50 @@ def _head_tolerance(impl, h, wte):
 
 @invariant(
     requires=("gpt_logits",),
-    hint="the blocks run without the causal mask (causal=False passed, or the mask built for the wrong positions): "
-         "a token's logits may not see the tokens after it",
+    hint="the blocks run without the causal mask (causal=False passed, or the mask built for the wrong positions or "
+         "only up to some length: a buffer for a fixed block size, a kernel masking only within its tiles, see the "
+         "length in the call): a token's logits may not see the tokens after it",
 )
 def causal_non_leakage(impl, case):
-    """Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal."""
-    config, params, ids = _model_case(impl, case, min_seq=2)
-    j = case.draw(st.integers(1, ids.shape[1] - 1), "j (first changed position)")
+    """Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal.
+
+    Drawn at lengths up to 129: a long draw runs at every length either side of 16, 32, 64 and 128 up to it.
+    """
+    config, params, ids = _model_case(impl, case, min_seq=2, long_lengths=SWEPT_LENGTHS)
+    drawn_j = case.draw(st.integers(1, ids.shape[1] - 1), "j (first changed position; at most T - 1 at each length T)")
     shift = case.draw(st.integers(1, config.vocab - 1), "id shift")
-    changed = ids.copy()
-    changed[:, j:] = (ids[:, j:] + shift) % config.vocab  # every id from j on changes
-    call = f"gpt_logits(ids, params, n_heads={config.n_heads}) with ids[:, {j}:] changed"
-    before = _logits(impl, config, ids, params, call)
-    after = _logits(impl, config, changed, params, call)
-    # Exact: a masked attention weight is exactly 0, so no bit of a future token reaches the past (perturbing, not truncating).
-    assert_equal(after[:, :j], before[:, :j], f"logits at positions < {j}", call)
+    for T in swept_lengths(ids.shape[1]):
+        j = min(drawn_j, T - 1)
+        changed = ids.copy()
+        changed[:, j:] = (ids[:, j:] + shift) % config.vocab  # every id from j on changes
+        call = f"gpt_logits(ids[{ids.shape[0]}, {T}], params, n_heads={config.n_heads}) with ids[:, {j}:] changed"
+        before = _logits(impl, config, ids[:, :T], params, call)
+        after = _logits(impl, config, changed[:, :T], params, call)
+        # Exact: a masked attention weight is exactly 0, so no bit of a future token reaches the past (perturbing, not truncating).
+        assert_equal(after[:, :j], before[:, :j], f"logits at positions < {j}", call)
 
 
 @invariant(
     requires=("gpt_logits",),
     hint="the logits of a position depend on the sequence's length: the position table is indexed from the end, "
-         "or the mask is built for another length",
+         "or the mask is built for another length, or is right only up to some length (a buffer for a fixed block "
+         "size, a kernel masking only within its tiles)",
 )
 def prefix_consistency(impl, case):
     """The logits of the first j tokens alone equal the first j positions of the full sequence's logits, to rounding.
 
     Not bitwise: a shorter sequence has other shapes, and other shapes take other kernels and
     summation orders (transformers' GPT-2 and torch's attention differ by ~1e-7 when truncated).
+    Drawn at lengths up to 129: a long draw compares at every length either side of 16, 32, 64 and 128 up to it.
     """
-    config, params, ids = _model_case(impl, case)
-    j = case.draw(st.integers(1, ids.shape[1]), "j (prefix length)")
-    call = f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads}) vs gpt_logits(ids, ...)[:, :{j}]"
-    prefix = _logits(impl, config, ids[:, :j], params, call)
-    full = _logits(impl, config, ids, params, call)
-    assert_close(prefix, full[:, :j], "logits of the prefix", impl.tolerance.scaled(2), call)  # both sides rounded
+    config, params, ids = _model_case(impl, case, long_lengths=SWEPT_LENGTHS)
+    drawn_j = case.draw(st.integers(1, ids.shape[1]), "j (prefix length; at most T at each length T)")
+    for T in swept_lengths(ids.shape[1]):
+        j = min(drawn_j, T)
+        prefix = _logits(impl, config, ids[:, :j], params, f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads})")
+        call = f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads}) vs gpt_logits(ids[:, :{T}], ...)[:, :{j}]"
+        full = _logits(impl, config, ids[:, :T], params, call)
+        assert_close(prefix, full[:, :j], "logits of the prefix", impl.tolerance.scaled(2), call)  # both sides rounded
 
 
 @invariant(

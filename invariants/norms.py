@@ -4,6 +4,10 @@ Every check passes eps = 1e-5, or the fixed eps an implementation declares (LAYE
 RMS_NORM_EPS: a norm that ignores the eps it is passed), and computes what it expects with that
 eps. The scale laws need the norm at eps/c², which a fixed eps cannot give: they are skipped
 (Declared) for such an implementation rather than checked at the wrong eps.
+
+Rows of exact zeros are drawn on purpose wherever a law holds there (LN(0) = bias, rms(0) = 0), and
+layer_norm_large_rows and rms_norm_large_rows draw rows of size up to about ±12,000, where x² is
+past float16's largest value: a norm that squares in its input's 16-bit dtype overflows there.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from invariants.asserts import assert_close, assert_equal, assert_shape
+from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
 from invariants.conventions import PROTOCOL_EPS, Declared, declared, declared_skip, layer_norm_eps, rms_norm_eps
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
-from strategies.norms import gains_and_biases, norm_rows, scale_factors
+from strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
 
 EPS = PROTOCOL_EPS
+LARGE_ROWS = dict(min_row_std=2.0**5, max_row_std=LARGEST_ROW_STD, max_offset=1.0)  # |x| up to ~12,000: x² > 65504 for |x| >= 256
 _FIXED_LN_EPS = declared_skip("LAYER_NORM_EPS", lambda eps: eps is not None, "the scale law needs layer_norm at eps/c², not at a fixed eps")
 _FIXED_RMS_EPS = declared_skip("RMS_NORM_EPS", lambda eps: eps is not None, "the scale law needs rms_norm at eps/c², not at a fixed eps")
 
@@ -61,7 +66,7 @@ def _rms_norm(impl, x, g, eps, call):
 )
 def layer_norm_row_statistics(impl, case):
     """Each output row of layer_norm has mean 0 and population variance σ²/(σ²+ε), σ² the row's input variance."""
-    x = case.draw(norm_rows(), "x")  # (rows, d)
+    x = case.draw(norm_rows(zero_rows=True), "x")  # (rows, d)
     g, b = _plain(x.shape[-1])
     eps = layer_norm_eps(impl)
     call = f"layer_norm(x, ones, zeros, {eps})"
@@ -118,7 +123,7 @@ def layer_norm_shift_invariance(impl, case):
 )
 def layer_norm_affine(impl, case):
     """layer_norm(x; g, b) = g·layer_norm(x; 1, 0) + b, gain and bias applied after normalising."""
-    x = case.draw(norm_rows(), "x")
+    x = case.draw(norm_rows(zero_rows=True), "x")
     g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
     ones, zeros = _plain(x.shape[-1])
     eps = layer_norm_eps(impl)
@@ -133,7 +138,7 @@ def layer_norm_affine(impl, case):
 )
 def layer_norm_rows_independent(impl, case):
     """Changing one row (token) of the input leaves every other row of layer_norm's output exactly unchanged."""
-    x = case.draw(norm_rows(min_rows=2), "x")  # (rows, d)
+    x = case.draw(norm_rows(min_rows=2, zero_rows=True), "x")  # (rows, d)
     row = case.draw(st.integers(0, x.shape[0] - 1), "changed row")
     other = case.draw(norm_rows(min_rows=1, max_rows=1, min_d=x.shape[1], max_d=x.shape[1]), "new row")
     changed = x.copy()
@@ -192,7 +197,7 @@ def rms_norm_scale_law(impl, case):
 )
 def rms_norm_of_centred_is_layer_norm(impl, case):
     """rms_norm(x - mean(x)) = layer_norm(x) row by row, with gain 1, bias 0 and the same eps."""
-    x = case.draw(norm_rows(), "x")
+    x = case.draw(norm_rows(zero_rows=True), "x")
     g, b = _plain(x.shape[-1])
     seen = impl.as_seen(x)
     centred = seen - seen.mean(axis=-1, keepdims=True)
@@ -209,9 +214,9 @@ def rms_norm_of_centred_is_layer_norm(impl, case):
 def layer_norm_agrees_with_reference(impl, case):
     """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 
-    Both at eps = 1e-5, or at the declared LAYER_NORM_EPS.
+    Both at eps = 1e-5, or at the declared LAYER_NORM_EPS; rows of zeros (LN(0) = b exactly) are drawn too.
     """
-    x = case.draw(norm_rows(), "x")
+    x = case.draw(norm_rows(zero_rows=True), "x")
     g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
     eps = layer_norm_eps(impl)
     call = f"layer_norm(x, g, b, {eps})"
@@ -226,11 +231,46 @@ def layer_norm_agrees_with_reference(impl, case):
 def rms_norm_agrees_with_reference(impl, case):
     """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 
-    Both at eps = 1e-5, or at the declared RMS_NORM_EPS.
+    Both at eps = 1e-5, or at the declared RMS_NORM_EPS; rows of zeros (rms(0) = 0 exactly) are drawn too.
     """
-    x = case.draw(norm_rows(), "x")
+    x = case.draw(norm_rows(zero_rows=True), "x")
     g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
     eps = rms_norm_eps(impl)
     call = f"rms_norm(x, g, {eps})"
     got = _rms_norm(impl, x, g, eps, call)
+    assert_agrees_with_reference(impl, "rms_norm", (x, g, eps), got, "rms_norm(x, g)", factor=4, call=call)
+
+
+_SQUARES_IN_16_BITS = ("the squares or the variance are computed in the input's float16: x² overflows past |x| ≈ 256 "
+                       "(65504 is float16's largest value), so the norm divides by inf; upcast to float32 for the "
+                       "statistics, as torch's kernels and transformers' RMSNorm do")
+
+
+@invariant(requires=("layer_norm",), hint=f"layer_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}")
+def layer_norm_large_rows(impl, case):
+    """layer_norm of rows of size up to about ±12,000 (std 32 to 4096, representable in every dtype) is finite and agrees with the reference.
+
+    The output is scale-free, so its tolerance is the usual one (norm-wise in 16 bits); only the
+    statistics' squares are large, and a correct norm computes them in a wider type.
+    """
+    x = case.draw(norm_rows(**LARGE_ROWS), "x")
+    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    eps = layer_norm_eps(impl)
+    call = f"layer_norm(x, g, b, {eps}) with max|x| = {np.abs(x).max():g}"
+    got = assert_finite(_layer_norm(impl, x, g, b, eps, call), "layer_norm output", call)
+    assert_agrees_with_reference(impl, "layer_norm", (x, g, b, eps), got, "layer_norm(x, g, b)", factor=4, call=call)
+
+
+@invariant(requires=("rms_norm",), hint=f"rms_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}")
+def rms_norm_large_rows(impl, case):
+    """rms_norm of rows of size up to about ±12,000 (representable in every dtype) is finite and agrees with the reference.
+
+    mean(x²) reaches 1.5e8 there: finite in float32 and bfloat16, not in float16, where a correct
+    RMSNorm upcasts before squaring.
+    """
+    x = case.draw(norm_rows(**LARGE_ROWS), "x")
+    g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    eps = rms_norm_eps(impl)
+    call = f"rms_norm(x, g, {eps}) with max|x| = {np.abs(x).max():g}"
+    got = assert_finite(_rms_norm(impl, x, g, eps, call), "rms_norm output", call)
     assert_agrees_with_reference(impl, "rms_norm", (x, g, eps), got, "rms_norm(x, g)", factor=4, call=call)

@@ -202,3 +202,145 @@ def row_max_before_mask(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     weights = e / e.sum(dim=-1, keepdim=True)  # (B, H, T, T)
     out = _project((weights @ v).transpose(1, 2).reshape(B, T, d), W_o, biases.get("b_o"))
     return out, weights
+
+
+# -- bugs that live past 8 tokens or at large scores (issue 10): each needs the strategies' long sequences or large scores
+
+
+def _buffered_future(T, block_size):
+    """The causal mask of a model built for `block_size` tokens, as nanoGPT registers it once, applied to T tokens.
+
+    Up to block_size it is the right mask; a longer sequence gets the buffer padded with False: nothing
+    past the buffer is masked (the code "works" instead of failing on the shape).
+    """
+    buffer = _future(block_size)  # (block_size, block_size), built for the configured length
+    future = np.zeros((T, T), dtype=bool)
+    n = min(T, block_size)
+    future[:n, :n] = buffer[:n, :n]  # BUG: rows and columns past block_size stay unmasked
+    return future
+
+
+def _tiled_future(T, tile):
+    """A tiled kernel's mask: each diagonal tile of `tile` queries × `tile` keys gets its triangle; the tiles right of the
+    diagonal, which the kernel should skip, are neither skipped nor masked. Right for T <= tile."""
+    future = np.zeros((T, T), dtype=bool)
+    for start in range(0, T, tile):
+        stop = min(start + tile, T)
+        future[start:stop, start:stop] = _future(stop - start)  # BUG: only within the diagonal tile
+    return future
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.causal_non_leakage",
+    bug="causal mask from a buffer built for a block size of 64 and sliced: right up to 64 tokens, nothing masked past them",
+)
+def mask_buffer_for_64_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    weights = _masked_softmax(_scores(q, k), causal, _buffered_future(x.shape[1], 64))  # BUG: see _buffered_future
+    return _finish(weights, v, W_o, biases)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.causal_weights_pattern",
+    bug="a kernel tiled by 16 masks only within its diagonal tiles: the tiles right of the diagonal are seen (T > 16)",
+)
+def tiles_of_16_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    weights = _masked_softmax(_scores(q, k), causal, _tiled_future(x.shape[1], 16))  # BUG: see _tiled_future
+    return _finish(weights, v, W_o, biases)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.causal_non_leakage",
+    bug="a kernel tiled by 128 masks only within its diagonal tiles: right up to 128 tokens, the 129th is seen by the first 128",
+)
+def tiles_of_128_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    weights = _masked_softmax(_scores(q, k), causal, _tiled_future(x.shape[1], 128))  # BUG: see _tiled_future
+    return _finish(weights, v, W_o, biases)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.causal_non_leakage",
+    bug="an additive mask of -1e4 (GPT-2's masked_bias) instead of -inf: the future leaks once scores differ by about 1e4",
+)
+def additive_mask_of_minus_1e4(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    scores = _scores(q, k)
+    if causal:
+        scores = scores + np.where(_future(x.shape[1]), -1e4, 0.0)  # BUG: exp(s - 1e4 - max) is not 0 for s near 1e4
+    return _finish(softmax(scores), v, W_o, biases)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.causal_weights_pattern",
+    bug="the future filled with -1e4 (HF GPT-2's masked_bias, torch.where(mask, w, -1e4)) instead of -inf: weights above the "
+    "diagonal once a query's visible scores are near -1e4",
+)
+def future_filled_with_minus_1e4(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    scores = _scores(q, k)
+    if causal:
+        scores = np.where(_future(x.shape[1]), -1e4, scores)  # BUG: -1e4 is not -inf
+    return _finish(softmax(scores), v, W_o, biases)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.large_scores_stay_finite",
+    bug="attention's softmax without the max subtracted: exp(score) overflows past 709 (88 in float32), inf/inf = NaN",
+)
+def softmax_without_max_in_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    scores = _scores(q, k)
+    if causal:
+        scores = np.where(_future(x.shape[1]), -np.inf, scores)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores)  # BUG: no scores - scores.max(-1)
+        weights = e / e.sum(axis=-1, keepdims=True)
+    return _finish(weights, v, W_o, biases)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.causal_gradient",
+    bug="causal mask from a buffer built for 32 tokens and sliced (torch): nothing masked past 32, so ∂out_i/∂x_j != 0 for j > i >= 32",
+    backend="torch",
+)
+def mask_buffer_for_32_tokens_torch(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    import torch
+
+    B, T, d = x.shape
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases, split=lambda y, H: y.reshape(B, T, H, d // H).transpose(1, 2))  # (B, H, T, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    if causal:
+        future = torch.as_tensor(_buffered_future(T, 32), device=x.device)  # BUG: see _buffered_future
+        scores = scores.masked_fill(future, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = _project((weights @ v).transpose(1, 2).reshape(B, T, d), W_o, biases.get("b_o"))
+    return out, weights
+
+
+@mutant(
+    replaces="attention",
+    killed_by="attention.agrees_with_reference",
+    bug="scores and softmax computed in float16 inside (q.half() @ k.half().T, as under autocast): a float32 run keeps 3 digits",
+    backend="torch",
+    dtype="float32",
+)
+def scores_in_float16_torch(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    import torch
+
+    B, T, d = x.shape
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases, split=lambda y, H: y.reshape(B, T, H, d // H).transpose(1, 2))  # (B, H, T, D)
+    scores = (q.half() @ k.half().transpose(-2, -1)) / math.sqrt(q.shape[-1])  # BUG: float16 internals
+    if causal:
+        scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1).to(x.dtype)  # back to the input dtype: the dtype law cannot see it
+    out = _project((weights @ v).transpose(1, 2).reshape(B, T, d), W_o, biases.get("b_o"))
+    return out, weights

@@ -4,6 +4,7 @@ Each takes the reference's gelu_form and eps options (its gpt_logits passes them
 """
 
 from mutants import mutant
+from mutants.attention import _buffered_future, _finish, _masked_softmax, _qkv, _scores
 from reference.numpy import ATTENTION_BIAS_NAMES, EPS, attention, feed_forward, layer_norm
 
 
@@ -71,3 +72,14 @@ def parallel_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS
     p = params
     attended = _attend(layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p, n_heads, causal)
     return x + attended + _ffn(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), p, gelu_form)
+
+
+@mutant(
+    replaces="attention",
+    killed_by="block.causal_non_leakage",
+    bug="the block's attention masks with a buffer built for a block size of 32 and sliced: nothing masked past 32 tokens",
+)
+def block_mask_buffer_for_32_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    weights = _masked_softmax(_scores(q, k), causal, _buffered_future(x.shape[1], 32))  # BUG: see _buffered_future
+    return _finish(weights, v, W_o, biases)

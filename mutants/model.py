@@ -3,6 +3,7 @@
 import numpy as np
 
 from mutants import mutant
+from mutants.attention import _buffered_future, _finish, _masked_softmax, _qkv, _scores
 from reference.numpy import check_token_ids, layer_norm, transformer_block
 
 
@@ -49,3 +50,15 @@ def unmasked_gpt(ids, params, n_heads):
     check_token_ids(ids, vocab=wte.shape[0], max_len=wpe.shape[0])
     x = _stream(wte[ids] + wpe[: ids.shape[1]], params, n_heads, causal=False)
     return layer_norm(x, params["lnf_g"], params["lnf_b"]) @ wte.T
+
+
+@mutant(
+    replaces="attention",
+    killed_by="model.causal_non_leakage",
+    bug="the model's attention masks with a buffer built for a block size of 64 (nanoGPT's bias[:, :, :T, :T] padded past it): "
+    "right up to 64 tokens, nothing masked beyond",
+)
+def model_mask_buffer_for_64_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
+    q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
+    weights = _masked_softmax(_scores(q, k), causal, _buffered_future(x.shape[1], 64))  # BUG: see _buffered_future
+    return _finish(weights, v, W_o, biases)

@@ -33,3 +33,32 @@ def biasless_layer_norm(x, gain, bias, eps=1e-5):
 @mutant(replaces="rms_norm", killed_by="norms.rms_norm_scale_law", bug="rms_norm with eps outside the square root")
 def eps_outside_rms_norm(x, gain, eps=1e-5):
     return x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + eps) * gain
+
+
+@mutant(
+    replaces="rms_norm",
+    killed_by="norms.rms_norm_large_rows",
+    bug="mean(x²) taken in float16 (no upcast): x² overflows for |x| >= 256 and the output collapses to 0",
+    backend="torch",
+    dtype="float16",
+)
+def rms_norm_squares_in_float16(x, gain, eps=1e-5):
+    import torch
+
+    mean_square = (x * x).mean(dim=-1, keepdim=True)  # BUG: in x's float16, inf past |x| ≈ 256
+    return x / torch.sqrt(mean_square + eps) * gain
+
+
+@mutant(
+    replaces="layer_norm",
+    killed_by="norms.layer_norm_large_rows",
+    bug="the variance taken in float16 (no upcast): (x - μ)² overflows for spreads past 256 and the output collapses to b",
+    backend="torch",
+    dtype="float16",
+)
+def layer_norm_variance_in_float16(x, gain, bias, eps=1e-5):
+    import torch
+
+    centred = x - x.mean(dim=-1, keepdim=True)
+    var = (centred * centred).mean(dim=-1, keepdim=True)  # BUG: in x's float16
+    return centred / torch.sqrt(var + eps) * gain + bias

@@ -65,3 +65,26 @@ def cross_entropy_max_not_added_back(logits, targets):
     lse = np.log(np.exp(logits - logits.max(axis=-1, keepdims=True)).sum(axis=-1))  # (...,), missing + max
     picked = np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]  # (...,)
     return (lse - picked).mean()
+
+
+@mutant(
+    replaces="softmax",
+    killed_by="softmax.softmax_masked_entries_are_zero",
+    bug="-inf replaced by -1e4 \"to avoid NaN\" (GPT-2's masked_bias): a masked entry gets a probability once the row is near -1e4",
+)
+def softmax_masked_to_minus_1e4(x, axis=-1):
+    x = np.where(np.isneginf(x), -1e4, x)  # BUG: -1e4 is not -inf
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@mutant(
+    replaces="softmax",
+    killed_by="softmax.softmax_agrees_with_reference",
+    bug="computed in float16 inside (x.astype(np.float16)) and cast back: a float32 run keeps about 3 digits",
+    dtype="float32",
+)
+def softmax_in_float16(x, axis=-1):
+    h = x.astype(np.float16)  # BUG: float16 internals
+    e = np.exp(h - h.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)

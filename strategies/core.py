@@ -1,21 +1,88 @@
-"""Strategies for the building blocks every component shares: seeds, float arrays, shapes, dtypes.
+"""Strategies for the building blocks every component shares: grid values, float arrays, shapes, sequence lengths, dtypes.
 
-Array values come from numpy's generator seeded by a drawn integer, so a 3×5×8 input costs
-one choice instead of 120: generation stays fast, the shape and the seed shrink, and the
-failure report (the seed, the shape) reproduces the array exactly.
+Values shrink towards simple numbers. Every array is drawn as one hypothesis bytes choice (one
+byte per value: cheap to draw at any size) and each byte is read through GRID, a table of 256
+multiples of 1/64 shaped like a standard normal and sorted from the simplest number to the most
+detailed: 0, 1, -1, 1/2, -1/2, 1/4, ... Hypothesis shrinks bytes towards 0 value by value, so a
+failing example ends as zeros, ones and halves, `x = [[1.], [0.]], W_q = [[1.]]`, not as seed
+noise. Every grid value has at most 8 significant bits, so times a power of two it is exact in
+every dtype down to bfloat16: the implementation sees exactly the drawn numbers, and the laws
+that are exact stay exact. An array of more than MIN_DRAWN values draws 32 to 256 bytes (64 on
+average) and repeats them beyond, each position picking one by a hash, so that a long sequence
+costs no more to draw than a short one and one example stays within hypothesis's budget. Every
+array is one bytes choice whatever its shape, so shapes shrink too: the recorded bytes still fit
+a smaller array.
+
+Sequences reach where length bugs live: `attention_shapes(long_lengths=LONG_LENGTHS)` draws,
+half the time, a length on either side of 16, 32, 64 and 128 (the block sizes of mask buffers
+and the tiles of fused kernels) at small widths, where 129 tokens cost little.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from functools import cache
+from statistics import NormalDist
 
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies._validation import check_choice, check_float, check_int, check_int_range, check_order
+from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+GRID_STEP = 1 / 64  # every GRID value is a multiple of this
+MIN_DRAWN, MAX_DRAWN = 32, 256  # bytes drawn per array (its size, if smaller than MIN_DRAWN); values beyond repeat them
+
+# Tiles and block sizes of real kernels and mask buffers, and the lengths either side of each.
+TILE_LENGTHS = (16, 32, 64, 128)
+LONG_LENGTHS = tuple(t + side for t in TILE_LENGTHS for side in (-1, 0, 1))  # 15, 16, 17, 31, ..., 127, 128, 129
+EITHER_SIDE = tuple(t + side for t in TILE_LENGTHS for side in (-1, 1))  # 15, 17, 31, 33, 63, 65, 127, 129
+SWEPT_LENGTHS = (65, 129)  # a causal check drawn at one of these runs at every EITHER_SIDE length up to it (swept_lengths)
+MAX_LONG_BATCH = 2  # long sequences are drawn at small sizes, where 129 tokens cost little
+MAX_LONG_WIDTH = 8
+
+
+def _simplicity(k):
+    """Sort key of the grid value k/64: fewer binary digits first (0; ±1, ±2; ±1/2; ±1/4, ±3/4; ...), then smaller, then positive."""
+    if k == 0:
+        return (0, 0, 0)
+    trailing = (abs(k) & -abs(k)).bit_length() - 1  # k = odd · 2**trailing
+    return (6 - min(trailing, 6), abs(k), k < 0)
+
+
+def _grid():
+    """(256,) float64: the 256 quantiles of a standard normal rounded to multiples of 1/64, sorted by _simplicity."""
+    steps = [round(NormalDist().inv_cdf((i + 0.5) / 256) / GRID_STEP) for i in range(256)]  # within ±185 steps (±2.89)
+    return np.array(sorted(steps, key=_simplicity), dtype=np.float64) * GRID_STEP
+
+
+GRID = _grid()  # GRID[0] = GRID[1] = 0, GRID[2] = 1, GRID[3] = -1, GRID[4] = 1/2, ...; std 0.997, |values| <= 2.89
+GRID_MAX = float(np.abs(GRID).max())
+
+
+def cached_strategy(build):
+    """Build each strategy once per set of arguments: building one (validating it on first draw) costs more than a draw.
+
+    Arguments that cannot be hashed (a list of patterns) build afresh. The argument types are part of
+    the key, so 1, 1.0 and True, which hash alike, are told apart and validated separately.
+    """
+    built = {}
+
+    @functools.wraps(build)
+    def strategy(*args, **kwargs):
+        key = tuple((type(a), a) for a in args) + tuple((name, type(v), v) for name, v in sorted(kwargs.items()))
+        try:
+            return built[key]
+        except TypeError:  # an unhashable argument
+            return build(*args, **kwargs)
+        except KeyError:
+            built[key] = build(*args, **kwargs)  # InvalidArgument propagates and caches nothing
+            return built[key]
+
+    return strategy
 
 
 def seeds():
@@ -23,11 +90,98 @@ def seeds():
     return st.integers(min_value=0, max_value=2**32 - 1)
 
 
-def float_arrays(shape, *, min_scale=1.0, max_scale=1.0):
-    """float64 arrays of `shape`, standard normal times a scale drawn from [min_scale, max_scale]."""
+def _check_shape(shape):
     shape = tuple(shape)
     for i, size in enumerate(shape):
         check_int(f"shape[{i}]", size, low=0)
+    return shape
+
+
+def _filled(head, shape):
+    """uint8 (shape) from the drawn bytes `head`: its bytes first, then (beyond len(head)) the same bytes again, picked by a hash of the position."""
+    size = math.prod(shape)
+    b = np.frombuffer(head, dtype=np.uint8)
+    if len(b) >= size:
+        return b[:size].reshape(shape)
+    if len(b) == 0:
+        return np.zeros(shape, dtype=np.uint8)
+    rest = np.arange(len(b), size, dtype=np.uint64)
+    picks = ((rest * np.uint64(2654435761)) % np.uint64(2**32)) >> np.uint64(8)  # Knuth's multiplicative hash: no period
+    return np.concatenate([b, b[(picks % np.uint64(len(b))).astype(np.intp)]]).reshape(shape)
+
+
+def _bytes_for(shape):
+    # Every array is one bytes choice of MIN_DRAWN to MAX_DRAWN bytes (fewer only for a smaller array), whatever its shape:
+    # when the shrinker makes a shape smaller the recorded bytes still fit (the first ones are read), so the example
+    # keeps failing while its shapes shrink instead of every later array falling back to zeros.
+    return st.binary(min_size=min(math.prod(shape), MIN_DRAWN), max_size=MAX_DRAWN)
+
+
+@cache
+def _byte_arrays(shape):
+    return _bytes_for(shape).map(lambda b: _filled(b, shape))
+
+
+def byte_arrays(shape):
+    """uint8 arrays of `shape` that shrink towards 0 value by value (from one hypothesis bytes choice).
+
+    An array of up to MIN_DRAWN values has a drawn byte each; a larger one draws MIN_DRAWN to
+    MAX_DRAWN bytes (64 on average) and repeats them beyond, each position picking one by a hash
+    (no period), so it shrinks with them. Every other strategy here reads its values from these
+    bytes (GRID[b], b % n, ...).
+    """
+    return _byte_arrays(_check_shape(shape))
+
+
+@cache
+def _grid_values(shape):
+    return _bytes_for(shape).map(lambda b: GRID[_filled(b, shape)])
+
+
+def grid_values(shape):
+    """float64 arrays of `shape` whose values are GRID values: normal-shaped (std 1), multiples of 1/64, shrinking towards 0, 1, -1, 1/2, ..."""
+    return _grid_values(_check_shape(shape))
+
+
+def small_ints(b, top):
+    """Integers in [-top, top] from bytes b, about uniform: 0, 1, -1, 2, -2, ... for b = 0, 1, 2, 3, 4, ... (so they shrink towards 0)."""
+    i = np.asarray(b, dtype=np.int64) % (2 * top + 1)
+    return np.where(i % 2 == 1, (i + 1) // 2, -(i // 2))
+
+
+def permutation_of(b):
+    """The permutation that sorts bytes b (stably): uniform for random bytes, the identity once they shrink to 0."""
+    return np.argsort(np.asarray(b), kind="stable")
+
+
+def powers_of_two(low, high):
+    """Exponents k with 2**k in [low, high] (low > 0), as (min_k, max_k), or None where the interval holds no power of two."""
+    lo, hi = math.ceil(math.log2(low) - 1e-12), math.floor(math.log2(high) + 1e-12)
+    return (lo, hi) if lo <= hi else None
+
+
+def nearest_power_of_two(x):
+    """2**round(log2(x)) for x > 0: the scale a grid array takes where a strategy asks for x."""
+    return 2.0 ** round(math.log2(x))
+
+
+def scales(min_scale, max_scale):
+    """Scale factors in [min_scale, max_scale]: powers of two (shrinking towards 1) wherever the interval holds one, else floats."""
+    exponents = powers_of_two(min_scale, max_scale)
+    if exponents is not None and exponents[0] == exponents[1]:
+        return st.just(2.0 ** exponents[0])  # no choice: a choice whose bounds change with a shape would misalign shrinking
+    if exponents is not None:
+        return st.integers(*exponents).map(lambda k: 2.0**k)
+    return st.just(min_scale) if min_scale == max_scale else st.floats(min_scale, max_scale)
+
+
+def float_arrays(shape, *, min_scale=1.0, max_scale=1.0):
+    """float64 arrays of `shape`: grid_values (normal-shaped, std 1) times a scale drawn from [min_scale, max_scale].
+
+    The scale is a power of two wherever [min_scale, max_scale] holds one (shrinking towards 1), so
+    the values are multiples of a power of two, exact in every dtype; else it is drawn from the interval.
+    """
+    shape = _check_shape(shape)
     check_float("min_scale", min_scale, positive=True)
     check_float("max_scale", max_scale, positive=True)
     check_order("min_scale", min_scale, "max_scale", max_scale)
@@ -38,15 +192,20 @@ def float_arrays(shape, *, min_scale=1.0, max_scale=1.0):
 def _float_arrays(shape, min_scale, max_scale):
     # Cached: invariants draw arrays of data-dependent shapes on every example, and building
     # a strategy costs more than drawing from it.
-    scales = st.just(min_scale) if min_scale == max_scale else st.floats(min_scale, max_scale)
-    return st.builds(lambda seed, scale: np.random.default_rng(seed).standard_normal(shape) * scale, seeds(), scales)
+    if min_scale == max_scale and powers_of_two(min_scale, max_scale) is not None:  # one draw, no wrapper
+        return _bytes_for(shape).map(lambda b: GRID[_filled(b, shape)] * min_scale)
+    return st.builds(lambda values, scale: values * scale, _grid_values(shape), scales(min_scale, max_scale))
 
 
 def weights(shape, *, gain=1.0):
-    """float64 weight matrices of `shape` with std gain/√fan_in (fan_in = shape[0]): activations stay near unit size."""
+    """float64 weight matrices of `shape`: grid_values times gain/√fan_in (fan_in = shape[0]) rounded to the nearest power of two.
+
+    Activations stay near unit size; the power of two keeps every weight exact in every dtype.
+    """
     check_float("gain", gain, positive=True)
-    scale = gain / np.sqrt(max(shape[0], 1))
-    return float_arrays(shape, min_scale=scale, max_scale=scale)
+    shape = _check_shape(shape)
+    scale = nearest_power_of_two(gain / math.sqrt(max(shape[0], 1)) if shape else gain)
+    return _float_arrays(shape, scale, scale)
 
 
 @dataclass(frozen=True)
@@ -63,22 +222,64 @@ class AttentionShape:
         return self.n_heads * self.d_head
 
 
-def attention_shapes(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_heads=1, max_heads=4, min_d_head=1, max_d_head=8):
+def _check_lengths(long_lengths, min_seq):
+    if isinstance(long_lengths, (str, bytes)) or not isinstance(long_lengths, (tuple, list)):
+        raise InvalidArgument(f"long_lengths={long_lengths!r} must be a tuple of sequence lengths (LONG_LENGTHS, SWEPT_LENGTHS) or ()")
+    for n in long_lengths:
+        if isinstance(n, bool) or not isinstance(n, int) or n < max(min_seq, 1):
+            raise InvalidArgument(f"long_lengths={long_lengths!r} holds {n!r}, which is not an int of at least min_seq={min_seq}")
+    return tuple(long_lengths)
+
+
+@cached_strategy
+def attention_shapes(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_heads=1, max_heads=4, min_d_head=1, max_d_head=8,
+                     long_lengths=()):
     """AttentionShape(batch, seq, n_heads, d_head) with d_model = n_heads·d_head, valid by construction.
 
-    Shrinks towards the edge cases: seq 1, one head, d_head 1 (n_heads = d_model).
+    Shrinks towards the edge cases: seq 1, one head, d_head 1 (n_heads = d_model). With long_lengths
+    (e.g. LONG_LENGTHS), half the shapes are long, on purpose: seq drawn from long_lengths, batch at
+    most 2 and d_model at most 8 (where the other bounds allow), so that 129 tokens cost no more
+    than a few short ones; they shrink to the short shapes (a long shape clamps the same draws).
     """
     check_int_range("batch", min_batch, max_batch, low=1)
     check_int_range("seq", min_seq, max_seq, low=1)
     check_int_range("heads", min_heads, max_heads, low=1)
     check_int_range("d_head", min_d_head, max_d_head, low=1)
-    return st.builds(
-        AttentionShape,
-        batch=st.integers(min_batch, max_batch),
-        seq=st.integers(min_seq, max_seq),
-        n_heads=st.integers(min_heads, max_heads),
-        d_head=st.integers(min_d_head, max_d_head),
-    )
+    lengths = _check_lengths(long_lengths, min_seq)
+    if not lengths:
+        return st.builds(
+            AttentionShape,
+            batch=st.integers(min_batch, max_batch),
+            seq=st.integers(min_seq, max_seq),
+            n_heads=st.integers(min_heads, max_heads),
+            d_head=st.integers(min_d_head, max_d_head),
+        )
+    top_heads = max(min_heads, min(max_heads, MAX_LONG_WIDTH // min_d_head))
+
+    @st.composite
+    def shapes(draw):
+        # The same choices for a short and a long shape (a long one clamps them), so shrinking from long to short keeps them.
+        batch, seq = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_seq, max_seq))
+        heads, d_head = draw(st.integers(min_heads, max_heads)), draw(st.integers(min_d_head, max_d_head))
+        long, length = draw(st.booleans()), draw(st.sampled_from(lengths))
+        if not long:
+            return AttentionShape(batch, seq, heads, d_head)
+        heads = min(heads, top_heads)
+        d_head = min(d_head, max(min_d_head, MAX_LONG_WIDTH // heads))
+        return AttentionShape(min(batch, max(min_batch, MAX_LONG_BATCH)), length, heads, d_head)
+
+    return shapes()
+
+
+def swept_lengths(seq):
+    """The lengths a causal check drawn at `seq` runs at: for seq in SWEPT_LENGTHS (65, 129), every length of
+    EITHER_SIDE up to seq (15, 17, 31, 33, 63, 65 and, for 129, 127, 129); else seq alone.
+
+    A mask that is right up to a length and wrong beyond it shows on one side of that length only, so a
+    check drawn long runs on either side of every tile up to its length, whatever the draws; the cost is
+    about that of the longest. Half the long draws reach 129, so each ci run meets every length.
+    """
+    return tuple(n for n in EITHER_SIDE if n <= seq) if seq in SWEPT_LENGTHS else (seq,)
 
 
 def dtypes(*, backend="torch"):

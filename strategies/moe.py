@@ -3,18 +3,21 @@
 Router logits and router scores live on binary grids small enough that every dtype, bfloat16
 included, holds them exactly: the implementation sees exactly the drawn scores, so ties stay
 ties, distinct scores stay distinct, and the top-k choice is the same for every correct
-implementation in every dtype. Ties and all-zero rows are generated on purpose.
+implementation in every dtype. Ties, all-zero rows and whole batches of fully tied scores are
+generated on purpose. Values are read from drawn bytes (strategies/core.py), so an example shrinks
+towards zero scores, zero inputs and the identity order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import seeds
+from strategies.core import GRID, byte_arrays, cached_strategy, nearest_power_of_two, permutation_of, small_ints
 
 LOGIT_STEP = 1 / 8  # router logits are multiples of this
 MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples of 1/8 there are exact in bfloat16
@@ -36,6 +39,7 @@ class MoEShape:
     d_model: int
 
 
+@cached_strategy
 def moe_shapes(*, min_tokens=1, max_tokens=8, min_experts=1, max_experts=8, min_k=1, max_k=None, min_d=1, max_d=8):
     """MoEShape(tokens, experts, k, d_model) with min_k <= k <= min(max_k, experts), valid by construction.
 
@@ -84,22 +88,25 @@ def _check_max_logit(max_logit):
         )
 
 
-def _row(rng, pattern, n_experts, target, top, ties):
-    """One token's logits (E,) in grid steps, within ±top; `target` is the expert a leaning or confident row favours."""
+def _row(b, pattern, n_experts, target, top, ties):
+    """One token's logits (E,) in grid steps, within ±top, from bytes b (2·top + 1,); `target` is the expert a leaning or confident row favours."""
     E = n_experts
     if pattern == "zero":
         return np.zeros(E)  # every expert ties
     if pattern == "tied":
-        return rng.choice([-min(4, top), 0, min(4, top)], size=E).astype(float)  # three values: ties almost surely
+        return small_ints(b[:E], 1).astype(float) * min(4, top)  # three values: ties almost surely
     if pattern == "spread":
-        return rng.choice(np.arange(-top, top + 1), size=E, replace=ties).astype(float)
+        if ties:
+            return small_ints(b[:E], top).astype(float)
+        return small_ints(permutation_of(b)[:E], top).astype(float)  # E distinct grid values
     if pattern == "leaning":  # near-uniform, the target one step ahead
-        lead, rest = (1, np.zeros(E - 1)) if ties else (top, top - 1 - rng.permutation(E - 1))
+        lead, rest = (1, np.zeros(E - 1)) if ties else (top, top - 1 - permutation_of(b[: E - 1]))
     else:  # "confident": the target at +top, the rest at (or just above) -top
-        lead, rest = (top, np.full(E - 1, -top)) if ties else (top, -top + rng.permutation(E - 1))
+        lead, rest = (top, np.full(E - 1, -top)) if ties else (top, -top + permutation_of(b[: E - 1]))
     return np.insert(rest.astype(float), target, lead)
 
 
+@cached_strategy
 def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=None):
     """float64 router scores (n_tokens, n_experts): multiples of 1/8 in [-max_logit, max_logit], row by row a pattern.
 
@@ -110,7 +117,8 @@ def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=Non
     Row patterns: "zero" (every expert ties), "tied" (three values), "leaning" (near-uniform, the
     batch's favourite expert one step of 1/8 ahead), "confident" (one expert other than the
     favourite at +max_logit, the rest near -max_logit) and "spread" (anywhere on the grid).
-    Leaning and confident rows together make the lopsided batches where the balance loss drops
+    One draw in eight (where "zero" is allowed) is fully tied: every row zero. Leaning and
+    confident rows together make the lopsided batches where the balance loss drops
     below 1; patterns=("leaning", "confident") draws only those. ties=False gives tie-free rows
     (each row's values distinct, at least 1/8 apart; no "zero" or "tied" rows) for laws that need
     a unique top-k set: it needs 2·⌊8·max_logit⌋ + 1 >= n_experts grid values.
@@ -134,17 +142,21 @@ def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=Non
 
     @st.composite
     def logits(draw):
+        if "zero" in patterns and draw(st.integers(0, 7)) == 7:
+            return np.zeros((n_tokens, n_experts))  # fully tied: every expert of every token (one draw in eight)
         rows = draw(st.lists(st.sampled_from(patterns), min_size=n_tokens, max_size=n_tokens))
         favourite = draw(st.integers(0, n_experts - 1))
         picks = draw(st.lists(st.integers(0, others), min_size=n_tokens, max_size=n_tokens))
         confident_of = [c + (c >= favourite and n_experts > 1) for c in picks]
-        rng = np.random.default_rng(draw(seeds()))
-        steps = [_row(rng, p, n_experts, favourite if p == "leaning" else c, top, ties) for p, c in zip(rows, confident_of, strict=True)]
+        b = draw(byte_arrays((n_tokens, max(2 * top + 1, n_experts))))
+        steps = [_row(b[i], p, n_experts, favourite if p == "leaning" else c, top, ties)
+                 for i, (p, c) in enumerate(zip(rows, confident_of, strict=True))]
         return np.stack(steps) * LOGIT_STEP  # (N, E)
 
     return logits()
 
 
+@cached_strategy
 def uniform_mean_router_logits(n_experts, *, min_orbits=1, max_orbits=3, max_logit=4.0):
     """Router scores (orbits·E, E) whose mean softmax probability is uniform: every cyclic shift of a few base rows.
 
@@ -161,28 +173,31 @@ def uniform_mean_router_logits(n_experts, *, min_orbits=1, max_orbits=3, max_log
         orbits = draw(st.integers(min_orbits, max_orbits))
         base = draw(router_logits(orbits, n_experts, max_logit=max_logit))  # (orbits, E)
         rows = np.concatenate([np.roll(base, shift, axis=-1) for shift in range(n_experts)])  # (orbits·E, E)
-        return np.random.default_rng(draw(seeds())).permutation(rows)
+        return rows[permutation_of(draw(byte_arrays((len(rows),))))]
 
     return logits()
 
 
+@cached_strategy
 def moe_tokens(n_tokens, d_model):
     """float64 moe inputs x (n_tokens, d_model): multiples of 1/4 in [-1, 1] (see moe_params for why a grid)."""
     check_int("n_tokens", n_tokens, low=1)
     check_int("d_model", d_model, low=1)
     _check_moe_width("d_model", d_model)
     most = round(MAX_TOKEN / TOKEN_STEP)  # 4 steps of 1/4
-    return st.builds(lambda seed: np.random.default_rng(seed).integers(-most, most + 1, (n_tokens, d_model)) * TOKEN_STEP, seeds())
+    return byte_arrays((n_tokens, d_model)).map(lambda b: small_ints(b, most) * TOKEN_STEP)
 
 
+@cached_strategy
 def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0):
     """{"router": (d, E), "experts": [{W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)}] × E} for moe(x, router, experts, k).
 
     The router's weights are multiples of 1/8 in [-1/2, 1/2]: with inputs from moe_tokens every
     product x·w is a multiple of 1/32 and every partial sum is at most d·1·1/2 <= 8 in size, so
-    the router scores are exact in every dtype and summation order (d <= 16). Each expert is a
-    feed-forward network of width d_ff (default 4·d_model) with fan-in scaled weights times a
-    scale drawn from [min_scale, max_scale] per expert, and biases of std 0.2 times that scale.
+    the router scores are exact in every dtype and summation order (d <= 16); one draw in eight has
+    an all-zero router, so every token's scores tie fully. Each expert is a feed-forward network of
+    width d_ff (default 4·d_model) with grid weights of std 1/√fan_in (to a power of two) times a
+    scale per expert (min_scale, max_scale or 1 where it lies between), and biases of std 1/4 times that scale.
     """
     check_int("d_model", d_model, low=1)
     _check_moe_width("d_model", d_model)
@@ -193,18 +208,26 @@ def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0):
     check_float("max_scale", max_scale, positive=True)
     check_order("min_scale", min_scale, "max_scale", max_scale)
     most = round(MAX_ROUTER / ROUTER_STEP)  # 4 steps of 1/8
+    return _moe_params(d_model, n_experts, F, float(min_scale), float(max_scale), most)
 
-    def build(seed):
-        rng = np.random.default_rng(seed)
-        router = rng.integers(-most, most + 1, (d_model, n_experts)) * ROUTER_STEP  # (d, E)
+
+@cache
+def _moe_params(d, E, F, min_scale, max_scale, most):
+    w1, w2 = nearest_power_of_two(1 / np.sqrt(d)), nearest_power_of_two(1 / np.sqrt(F))
+    choices = np.unique(np.clip([1.0, min_scale, max_scale], min_scale, max_scale))  # an expert's scale: 1 (the simplest) or a bound
+
+    def build(router, zero_router, scales, W1, b1, W2, b2):
+        router = np.zeros((d, E)) if zero_router == 7 else small_ints(router, most) * ROUTER_STEP  # (d, E); all zero: every score ties
         experts = []
-        for scale in rng.uniform(min_scale, max_scale, n_experts):
+        for e in range(E):
+            scale = choices[scales[e] % len(choices)]
             experts.append({
-                "W1": scale * rng.standard_normal((d_model, F)) / np.sqrt(d_model),  # (d, F)
-                "b1": 0.2 * scale * rng.standard_normal(F),  # (F,)
-                "W2": scale * rng.standard_normal((F, d_model)) / np.sqrt(F),  # (F, d)
-                "b2": 0.2 * scale * rng.standard_normal(d_model),  # (d,)
+                "W1": scale * GRID[W1[e]] * w1,  # (d, F)
+                "b1": 0.25 * scale * GRID[b1[e]],  # (F,)
+                "W2": scale * GRID[W2[e]] * w2,  # (F, d)
+                "b2": 0.25 * scale * GRID[b2[e]],  # (d,)
             })
         return {"router": router, "experts": experts}
 
-    return st.builds(build, seeds())
+    return st.builds(build, byte_arrays((d, E)), st.integers(0, 7), byte_arrays((E,)),
+                     byte_arrays((E, d, F)), byte_arrays((E, F)), byte_arrays((E, F, d)), byte_arrays((E, d)))

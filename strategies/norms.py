@@ -1,44 +1,79 @@
-"""Inputs for the norms: rows whose spread is bounded away from 0, and the scale factors of the scale law."""
+"""Inputs for the norms: rows whose spread is bounded away from 0, the scale factors of the scale law, gains and biases.
+
+Rows are grid values (strategies/core.py), centred, then scaled by a power of two: they shrink
+towards rows like [1, -1] and [0.5, -0.5], and their spread never reaches 0 (a row that would be
+flat gets a +1 and a -1 added). Large rows (max_row_std up to 2**12) reach where x² overflows
+float16 (|x| >= 256), and zero_rows=True adds rows of exact zeros where a law is well-posed there.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies._validation import check_float, check_int, check_int_range, check_order
-from strategies.core import seeds
+from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
+from strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, powers_of_two
+
+MIN_UNIT_STD = 0.25  # a grid row is repaired until its population std is at least this
+LARGEST_ROW_STD = 2.0**12  # 4096: rows up to about ±12,000, still finite in float16 (65504)
 
 
-def norm_rows(*, min_rows=1, max_rows=6, min_d=2, max_d=16, min_row_std=0.1, max_row_std=10.0, max_offset=5.0):
+def _spread_rows(z):
+    """z (n, d) with every row's population std >= MIN_UNIT_STD: a flat row gets (+1, -1, 0, ...) added until it spreads."""
+    z = z.copy()
+    pattern = np.zeros(z.shape[-1])
+    pattern[:2] = (1.0, -1.0)
+    for row in z:  # each row is a view into z
+        while row.std() < MIN_UNIT_STD:
+            row += pattern
+    return z
+
+
+@cached_strategy
+def norm_rows(*, min_rows=1, max_rows=6, min_d=2, max_d=16, min_row_std=0.1, max_row_std=10.0, max_offset=5.0, zero_rows=False):
     """float64 arrays (rows, d) whose rows have population std in [min_row_std, max_row_std] and mean in ±max_offset·std.
 
     Well-posed for the scale and shift laws: a row's variance is bounded away from 0, so eps
-    never dominates it and LN(c·x) is not a 0/0. Valid by construction (each row is a standard
-    normal row, standardised, then scaled and shifted), so nothing is filtered. min_d >= 2: a
-    row of one value has no spread.
+    never dominates it and LN(c·x) is not a 0/0. Valid by construction, nothing is filtered: each
+    row is grid values (repaired to a std of at least 1/4), centred, shifted by a grid fraction of
+    ±max_offset·std and scaled by a power of two drawn so that its std lands in the range (so
+    max_row_std >= 2·min_row_std). min_d >= 2: a row of one value has no spread. Rows of size up to
+    max_row_std = 4096 stay finite in float16. zero_rows=True also sets about a quarter of the rows to
+    exact zeros (std 0, outside the range: only for laws that hold at 0, such as LN(0) = bias).
     """
     check_int_range("rows", min_rows, max_rows, low=1)
     check_int_range("d", min_d, max_d, low=2)
     check_float("min_row_std", min_row_std, positive=True)
     check_float("max_row_std", max_row_std, positive=True)
     check_order("min_row_std", min_row_std, "max_row_std", max_row_std)
+    if max_row_std < 2 * min_row_std:
+        raise InvalidArgument(f"max_row_std={max_row_std!r} must be at least 2·min_row_std={2 * min_row_std!r}: rows are scaled by powers of two")
+    if max_row_std > LARGEST_ROW_STD:
+        raise InvalidArgument(f"max_row_std={max_row_std!r} must be at most {LARGEST_ROW_STD:g}, or a row's values overflow float16")
     check_float("max_offset", max_offset, low=0)
+    if not isinstance(zero_rows, bool):
+        raise InvalidArgument(f"zero_rows={zero_rows!r} must be True or False")
 
     @st.composite
     def rows(draw):
         n, d = draw(st.integers(min_rows, max_rows)), draw(st.integers(min_d, max_d))
-        rng = np.random.default_rng(draw(seeds()))
-        z = rng.standard_normal((n, d))
-        while np.any(z.std(axis=-1) < 1e-3):  # measure-zero in practice; keeps the construction exact
-            z = rng.standard_normal((n, d))
-        unit = (z - z.mean(axis=-1, keepdims=True)) / z.std(axis=-1, keepdims=True)  # (n, d): mean 0, std 1
-        std = np.exp(rng.uniform(np.log(min_row_std), np.log(max_row_std), size=(n, 1)))  # (n, 1)
-        offset = rng.uniform(-max_offset, max_offset, size=(n, 1)) * std  # (n, 1)
-        return unit * std + offset
+        z = _spread_rows(draw(grid_values((n, d))))
+        unit = z - z.mean(axis=-1, keepdims=True)  # (n, d): mean 0
+        std = unit.std(axis=-1)  # (n,), in [1/4, 2.9]
+        offsets = GRID[draw(byte_arrays((n,)))] / GRID_MAX * max_offset  # (n,), in ±max_offset, 0 when shrunk
+        out = np.empty_like(unit)
+        for i in range(n):
+            low, high = powers_of_two(min_row_std / std[i], max_row_std / std[i])  # non-empty: max/min >= 2
+            scale = 2.0 ** draw(st.integers(low, high))
+            out[i] = (unit[i] + offsets[i] * std[i]) * scale
+        if zero_rows:
+            out[draw(byte_arrays((n,))) >= 192] = 0.0
+        return out
 
     return rows()
 
 
+@cached_strategy
 def scale_factors(*, min_exponent=-4, max_exponent=4, powers_of_two=False):
     """Non-zero scale factors c for LN(c·x) = sign(c)·LN_{eps/c²}(x).
 
@@ -57,12 +92,18 @@ def scale_factors(*, min_exponent=-4, max_exponent=4, powers_of_two=False):
     return st.builds(lambda s, m: s * m, sign, magnitude)
 
 
+def gain_values(b):
+    """Gains from bytes b: 1 + GRID[b]/2 clipped to [1/2, 2] (multiples of 1/128: exact in bfloat16), 1 when shrunk."""
+    return np.clip(1.0 + GRID[b] / 2, 0.5, 2.0)
+
+
+@cached_strategy
 def gains_and_biases(d):
-    """(gain, bias) pairs of shape (d,): gains away from 0, biases of either sign."""
+    """(gain, bias) pairs of shape (d,): gains of size 1/2 to 2 and either sign, biases grid values; shrinking to (1, 0)."""
     check_int("d", d, low=1)
 
-    def build(seed):
-        rng = np.random.default_rng(seed)
-        return rng.uniform(0.5, 2.0, d) * rng.choice([-1.0, 1.0], d), rng.standard_normal(d)
+    def build(magnitudes, signs, biases):
+        return gain_values(magnitudes) * np.where(signs % 2 == 1, -1.0, 1.0), biases
 
-    return st.builds(build, seeds())
+    return st.builds(build, byte_arrays((d,)), byte_arrays((d,)), grid_values((d,)))
+

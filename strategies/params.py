@@ -1,21 +1,25 @@
 """Weights for the block and the model, model configurations, and token ids.
 
-A block's or a model's weights come from one drawn seed (see strategies/core.py): init_block_params
-and init_gpt_params build them from that seed with the usual fan-in scaling, so activations stay
-near unit size through a few blocks, and anyone can rebuild the same weights outside hypothesis
-(the overfit gate does). Layouts follow the protocol (invariants/protocol.py): W (in, out), so a
+block_params and gpt_params draw every array as grid values (strategies/core.py) with the usual
+fan-in scaling (to a power of two), so activations stay near unit size through a few blocks and a
+failing example shrinks towards zeros, ones and halves, weights and ids alike. init_block_params
+and init_gpt_params build weights of the same scales from one seed, for anyone who wants to
+rebuild a model outside hypothesis (the overfit gate does). Layouts follow the protocol (invariants/protocol.py): W (in, out), so a
 layer is x @ W + b.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_int, check_int_range
-from strategies.core import seeds
+from strategies.core import byte_arrays, cached_strategy, grid_values
+from strategies.feed_forward import matrices
+from strategies.norms import gain_values
 
 ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")
 BIAS_STD = 0.2  # biases and norm shifts: small next to the unit-size activations, large enough to matter
@@ -59,17 +63,44 @@ def init_block_params(d_model, seed, *, d_ff=None, attn_bias=False):
     return params
 
 
-def block_params(d_model, *, d_ff=None, attn_bias=None):
-    """Params dicts for one pre-norm block of width d_model (see init_block_params for the values).
+def _norm_gains(d):
+    """LayerNorm gains (d,): 1 + GRID/2 clipped to [1/2, 3/2] (multiples of 1/128), 1 once shrunk; biases are grid values / 4."""
+    return byte_arrays((d,)).map(lambda b: np.minimum(gain_values(b), 1.5))
 
-    d_ff is the feed-forward width (None: 4·d_model). attn_bias=True adds GPT-2's attention biases
+
+def _biases(n):
+    return grid_values((n,)).map(lambda v: v / 4)  # std 1/4, the nearest power of two to BIAS_STD
+
+
+@cache
+def _block_params(d, F, attn_bias):
+    parts = {
+        "ln1_g": _norm_gains(d), "ln1_b": _biases(d),  # (d,)
+        "W_q": matrices(d, d), "W_k": matrices(d, d), "W_v": matrices(d, d), "W_o": matrices(d, d),  # (d, d)
+        "ln2_g": _norm_gains(d), "ln2_b": _biases(d),  # (d,)
+        "W1": matrices(d, F), "b1": _biases(F),  # (d, F), (F,)
+        "W2": matrices(F, d), "b2": _biases(d),  # (F, d), (d,)
+    }
+    if attn_bias:
+        parts.update({name: _biases(d) for name in ATTENTION_BIAS_NAMES})  # (d,) each
+    return st.fixed_dictionaries(parts)
+
+
+@cached_strategy
+def block_params(d_model, *, d_ff=None, attn_bias=None):
+    """Params dicts for one pre-norm block of width d_model: grid values, each array at init_block_params's scale.
+
+    Matrices have std 1/√fan_in, norm gains lie in [1/2, 3/2] and biases have std 1/4 (powers of two
+    and multiples of them: exact in every dtype), all shrinking towards 0 (gains towards 1). d_ff is
+    the feed-forward width (None: 4·d_model). attn_bias=True adds GPT-2's attention biases
     b_q b_k b_v b_o, False leaves them out, None draws both kinds.
     """
     check_int("d_model", d_model, low=1)
     if d_ff is not None:
         check_int("d_ff", d_ff, low=1)
     _check_bias_choice(attn_bias)
-    return st.builds(lambda seed, bias: init_block_params(d_model, seed, d_ff=d_ff, attn_bias=bias), seeds(), _bias_choices(attn_bias))
+    F = 4 * d_model if d_ff is None else d_ff
+    return _bias_choices(attn_bias).flatmap(lambda bias: _block_params(d_model, F, bias))
 
 
 @dataclass(frozen=True)
@@ -147,32 +178,54 @@ def init_gpt_params(config, seed, *, embedding_std=1.0):
     }
 
 
+@cache
+def _gpt_params(config):
+    d = config.d_model
+    return st.fixed_dictionaries({
+        "wte": grid_values((config.vocab, d)),  # (V, d)
+        "wpe": grid_values((config.max_len, d)),  # (max_len, d)
+        "blocks": st.tuples(*[_block_params(d, config.d_ff, config.attn_bias)] * config.n_layers).map(list),
+        "lnf_g": _norm_gains(d),  # (d,)
+        "lnf_b": _biases(d),  # (d,)
+    })
+
+
 def gpt_params(config):
-    """Params trees for a model of `config` (a GPTConfig), the values as in init_gpt_params."""
+    """Params trees for a model of `config` (a GPTConfig): grid values at init_gpt_params's scales (embeddings of std 1)."""
     if not isinstance(config, GPTConfig):
         raise InvalidArgument(f"config={config!r} must be a GPTConfig; draw one from gpt_configs()")
-    return st.builds(lambda seed: init_gpt_params(config, seed), seeds())
+    return _gpt_params(config)
 
 
 ID_PATTERNS = ("random", "one repeated id", "only 0 and vocab - 1")
 
 
+@cached_strategy
 def token_ids(vocab, *, min_batch=1, max_batch=3, min_seq=1, max_seq=8):
-    """int64 arrays (B, T) of ids in [0, vocab), B and T in their [min, max] ranges.
+    """int64 arrays (B, T) of ids in [0, vocab), B and T in their [min, max] ranges; ids shrink towards 0.
 
-    Besides uniform random ids, generates on purpose one id repeated everywhere (every
+    Besides about uniform random ids, generates on purpose one id repeated everywhere (every
     attention score ties) and only the extreme ids 0 and vocab - 1 (off-by-one table lookups).
     """
     check_int("vocab", vocab, low=1)
     check_int_range("batch", min_batch, max_batch, low=1)
     check_int_range("seq", min_seq, max_seq, low=1)
 
-    def build(B, T, pattern, seed):
-        rng = np.random.default_rng(seed)
+    @st.composite
+    def ids(draw):
+        B, T = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_seq, max_seq))
+        pattern = draw(st.sampled_from(ID_PATTERNS))
+        b = draw(byte_arrays((B, T))).astype(np.int64)
         if pattern == "one repeated id":
-            return np.full((B, T), rng.integers(0, vocab), dtype=np.int64)
+            return np.full((B, T), _ids(b.flat[0], vocab), dtype=np.int64)
         if pattern == "only 0 and vocab - 1":
-            return rng.choice(np.array([0, vocab - 1], dtype=np.int64), size=(B, T))
-        return rng.integers(0, vocab, size=(B, T), dtype=np.int64)
+            return np.where(b % 2 == 1, vocab - 1, 0).astype(np.int64)
+        return _ids(b, vocab)
 
-    return st.builds(build, st.integers(min_batch, max_batch), st.integers(min_seq, max_seq), st.sampled_from(ID_PATTERNS), seeds())
+    return ids()
+
+
+def _ids(b, vocab):
+    """ids in [0, vocab) from bytes b: b mod vocab for a vocabulary of up to 256, spread over it beyond."""
+    b = np.asarray(b, dtype=np.int64)
+    return b % vocab if vocab <= 256 else b * vocab // 256

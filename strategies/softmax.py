@@ -3,6 +3,8 @@
 Rows come in four patterns, drawn on purpose rather than hoped for: general (normal values),
 uniform (every logit in the row equal: softmax is 1/V, the loss is ln V), tied max (the largest
 logit appears twice) and dominant (one logit far above the rest: softmax is nearly one-hot).
+Values are grid values (strategies/core.py) times a power of two, so they shrink towards rows
+like [1, 0] and [0, 0]; masked logits and logits of size 1e4 are drawn on purpose too.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int_range, check_order
-from strategies.core import seeds
+from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, scales
 
 ROW_PATTERNS = ("general", "uniform", "tied max", "dominant")
 DYADIC_STEP = 1 / 16  # dyadic logits are multiples of this ...
@@ -27,30 +29,30 @@ def _check_patterns(patterns):
         raise InvalidArgument(f"patterns={patterns!r} holds {unknown[0]!r}, which is not one of {', '.join(map(repr, ROW_PATTERNS))}")
 
 
-def _patterned_rows(rng, shape, pattern, scale):
-    """Standard normal rows times scale, reshaped to the row pattern along the last axis."""
-    x = rng.standard_normal(shape) * scale  # (..., V)
-    V = shape[-1]
+def _patterned_rows(x, picks, pattern, scale):
+    """Grid rows x (..., V) times scale, reshaped to the row pattern along the last axis; picks (..., 1) are bytes choosing positions."""
+    x = x * scale  # (..., V)
+    V = x.shape[-1]
     if pattern == "uniform":
-        x = np.broadcast_to(x[..., :1], shape).copy()  # every logit equals the row's first
+        x = np.broadcast_to(x[..., :1], x.shape).copy()  # every logit equals the row's first
     elif pattern == "tied max" and V >= 2:
         top = x.argmax(axis=-1)[..., None]  # (..., 1)
-        other = (top + 1 + rng.integers(0, V - 1, size=top.shape)) % V  # (..., 1), never the max itself
+        other = (top + 1 + picks % (V - 1)) % V  # (..., 1), never the max itself
         np.put_along_axis(x, other, np.take_along_axis(x, top, axis=-1), axis=-1)
     elif pattern == "dominant":
-        pick = rng.integers(0, V, size=shape[:-1] + (1,))  # (..., 1)
+        pick = picks % V  # (..., 1)
         np.put_along_axis(x, pick, np.take_along_axis(x, pick, axis=-1) + 10 * scale, axis=-1)
     return x
 
 
-def _mask(rng, x):
-    """Set a random number of entries per row (never all) to -inf."""
-    V = x.shape[-1]
-    n_masked = rng.integers(0, V, size=x.shape[:-1] + (1,))  # (..., 1), at most V - 1
-    rank = rng.random(x.shape).argsort(axis=-1).argsort(axis=-1)  # (..., V): a random permutation of 0..V-1 per row
-    return np.where(rank < n_masked, -np.inf, x)
+def _mask(x, where):
+    """Set the entries where `where` (bytes, x's shape) is odd to -inf, never a whole row: a fully masked row keeps its first entry."""
+    masked = where % 2 == 1  # about half; none once the bytes shrink to 0
+    masked[..., 0] &= ~masked.all(axis=-1)
+    return np.where(masked, -np.inf, x)
 
 
+@cached_strategy
 def logits(
     *,
     min_ndim=1,
@@ -68,11 +70,11 @@ def logits(
     """float64 logit arrays (..., V): ndim in [min_ndim, max_ndim], leading sides in [min_side, max_side].
 
     Each array draws one of `patterns` for its rows (see the module docstring) and a spread
-    (the normal draw's std) log-uniform in [min_scale, max_scale]. dyadic=True rounds every
+    (the grid values' std) of a power of two in [min_scale, max_scale], shrinking towards 1. dyadic=True rounds every
     logit to a multiple of 1/16 and clips it to [-8, 8]: such values, and their sums with
     shifts(dyadic=True), are exact in every dtype down to bfloat16, so a shift law then tests
     the implementation, not the rounding of x + c. masked=True sets a random number of entries
-    per row to -inf, never all of them (a fully masked row has no softmax).
+    per row to -inf (about half), never all of them (a fully masked row has no softmax).
     """
     check_int_range("ndim", min_ndim, max_ndim, low=1)
     check_int_range("side", min_side, max_side, low=1)
@@ -82,29 +84,30 @@ def logits(
     check_order("min_scale", min_scale, "max_scale", max_scale)
     _check_patterns(patterns)
 
+    spreads = scales(float(min_scale), float(max_scale))  # powers of two where the range holds one
+
     @st.composite
     def build(draw):
         ndim = draw(st.integers(min_ndim, max_ndim))
         lead = tuple(draw(st.lists(st.integers(min_side, max_side), min_size=ndim - 1, max_size=ndim - 1)))
         shape = lead + (draw(st.integers(min_vocab, max_vocab)),)
         pattern = draw(st.sampled_from(tuple(patterns)))
-        rng = np.random.default_rng(draw(seeds()))
-        scale = float(np.exp(rng.uniform(np.log(min_scale), np.log(max_scale))))
-        x = _patterned_rows(rng, shape, pattern, scale)
+        x = _patterned_rows(draw(grid_values(shape)), draw(byte_arrays(lead + (1,))), pattern, draw(spreads))
         if dyadic:
             x = np.clip(np.round(x / DYADIC_STEP) * DYADIC_STEP, -DYADIC_LIMIT, DYADIC_LIMIT)
-        return _mask(rng, x) if masked else x
+        return _mask(x, draw(byte_arrays(shape))) if masked else x
 
     return build()
 
 
+@cached_strategy
 def large_logits(*, magnitude=1e4, min_ndim=1, max_ndim=3, min_side=1, max_side=5, min_vocab=1, max_vocab=24):
     """float64 logit arrays of size about `magnitude` (default the course's 1e4), where unguarded exp fails.
 
     Each array is either shifted (every row moved by +magnitude or -magnitude: exp overflows to
     inf, or every exp underflows to 0) or spread (rescaled so that its largest |logit| is
     magnitude: the softmax is nearly one-hot and the log of a computed softmax underflows to
-    -inf; a uniform row spread this way is the course's all-1e4 example). magnitude <= 6e4
+    -inf; a uniform row spread this way, or an all-zero array, is the course's all-1e4 example). magnitude <= 6e4
     keeps every logit finite in float16 (largest value 65504).
     """
     check_float("magnitude", magnitude, positive=True)
@@ -117,15 +120,15 @@ def large_logits(*, magnitude=1e4, min_ndim=1, max_ndim=3, min_side=1, max_side=
         x = draw(base)
         if draw(st.sampled_from(("shifted", "spread"))) == "spread":
             peak = np.abs(x).max()
-            return x / peak * magnitude if peak > 0 else x
-        rng = np.random.default_rng(draw(seeds()))
-        return x + rng.choice([-magnitude, magnitude], size=x.shape[:-1] + (1,))  # (..., V) + (..., 1)
+            return x / peak * magnitude if peak > 0 else x + magnitude  # an all-zero array spreads to all-magnitude
+        signs = np.where(draw(byte_arrays(x.shape[:-1] + (1,))) % 2 == 1, -1.0, 1.0)  # (..., 1)
+        return x + signs * magnitude  # (..., V) + (..., 1)
 
     return build()
 
 
 def shifts(shape, *, max_abs=8.0, dyadic=False):
-    """float64 constants of `shape` (one per row: pass x.shape[:-1] + (1,)), uniform in [-max_abs, max_abs].
+    """float64 constants of `shape` (one per row: pass x.shape[:-1] + (1,)) in [-max_abs, max_abs], normal-shaped, shrinking to 0.
 
     dyadic=True draws multiples of 1/16 and needs max_abs <= 8: added to logits(dyadic=True)
     the sum stays a multiple of 1/16 within [-16, 16], exact in every dtype.
@@ -138,11 +141,11 @@ def shifts(shape, *, max_abs=8.0, dyadic=False):
     if dyadic and max_abs > DYADIC_LIMIT:
         raise InvalidArgument(f"max_abs={max_abs!r} must be at most {DYADIC_LIMIT:g} with dyadic=True, or x + c leaves the range exact in bfloat16")
 
-    def build(seed):
-        c = np.random.default_rng(seed).uniform(-max_abs, max_abs, size=shape)
+    def build(values):
+        c = values / GRID_MAX * max_abs  # within ±max_abs; 0 once shrunk
         return np.trunc(c / DYADIC_STEP) * DYADIC_STEP if dyadic else c  # trunc keeps |c| <= max_abs
 
-    return st.builds(build, seeds())
+    return st.builds(build, grid_values(shape))
 
 
 def targets(logits_array):
@@ -156,13 +159,13 @@ def targets(logits_array):
         raise InvalidArgument(f"logits_array with shape {shape!r} must be a numpy array (..., V) with V >= 1")
     lead, V = logits_array.shape[:-1], logits_array.shape[-1]
 
-    def build(where, seed):
+    def build(where, picks):
         if where == "argmax":
             picked = logits_array.argmax(axis=-1)
         elif where == "argmin":
             picked = logits_array.argmin(axis=-1)
         else:
-            picked = np.random.default_rng(seed).integers(0, V, size=lead)
+            picked = picks.astype(np.int64) % V if V <= 256 else (picks.astype(np.int64) * V) // 256
         return np.asarray(picked, dtype=np.int64)  # (...); a 0-d array, not a numpy scalar, for 1-d logits
 
-    return st.builds(build, st.sampled_from(("random", "argmax", "argmin")), seeds())
+    return st.builds(build, st.sampled_from(("random", "argmax", "argmin")), byte_arrays(lead))

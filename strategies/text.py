@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import check_int, check_int_range, check_order
-from strategies.core import seeds
+from strategies.core import byte_arrays, permutation_of
 
 COURSE_ALPHABET = " .abcdefghijklmnopqrstuvwxyz"  # the course corpus's 28 characters
 TRICKY_CHARACTERS = "\n\t \u00a0e\u0301\u00e9\u00df\u4e2d\U0001f642"  # whitespace, a combining accent, é (one code point), ß, 中, an emoji
@@ -39,15 +39,18 @@ def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
     check_int_range("vocab", min_vocab, max_vocab, low=1)
     check_int_range("length", min_length, max_length, low=1)
 
-    def build(vocab, n, pattern, seed):
+    @st.composite
+    def streams(draw):
+        vocab, n = draw(st.integers(min_vocab, max_vocab)), draw(st.integers(min_length, max_length))
+        pattern = draw(st.sampled_from(["random", "distinct", "one repeated id"]))
+        b = draw(byte_arrays((n,))).astype(np.int64)
         if pattern == "distinct":
-            return np.random.default_rng(seed).permutation(n).astype(np.int64)
+            return permutation_of(b).astype(np.int64)  # 0 .. n - 1 in the order that sorts the bytes
         if pattern == "one repeated id":
             return np.full(n, vocab - 1, dtype=np.int64)
-        return np.random.default_rng(seed).integers(0, vocab, size=n, dtype=np.int64)
+        return b % vocab if vocab <= 256 else b * vocab // 256
 
-    patterns = st.sampled_from(["random", "distinct", "one repeated id"])
-    return st.builds(build, st.integers(min_vocab, max_vocab), st.integers(min_length, max_length), patterns, seeds())
+    return streams()
 
 
 def window_lengths(n_tokens, *, min_seq=1, max_seq=None):

@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 
-from strategies import InvalidArgument, attention_shapes, dtypes, float_arrays, norm_rows, scale_factors, weights
+from strategies import EITHER_SIDE, LONG_LENGTHS, InvalidArgument, attention_shapes, dtypes, float_arrays, norm_rows, scale_factors, swept_lengths, weights
+from strategies.core import GRID, byte_arrays, grid_values
 
 BAD_ARGUMENTS = [
     (attention_shapes, dict(min_seq=5, max_seq=3), "min_seq=5 is larger than max_seq=3"),
@@ -21,6 +22,12 @@ BAD_ARGUMENTS = [
     (norm_rows, dict(max_offset=-1.0), "max_offset=-1.0 must be at least 0"),
     (scale_factors, dict(min_exponent=3, max_exponent=-3), "min_exponent=3 is larger than max_exponent=-3"),
     (dtypes, dict(backend="jax"), "backend='jax' is not one of 'numpy', 'torch'"),
+    (attention_shapes, dict(long_lengths=(0,)), "long_lengths=(0,) holds 0"),
+    (attention_shapes, dict(long_lengths=17), "long_lengths=17 must be a tuple"),
+    (norm_rows, dict(min_row_std=1.0, max_row_std=1.5), "max_row_std=1.5 must be at least 2·min_row_std=2.0"),
+    (norm_rows, dict(max_row_std=1e5), "max_row_std=100000.0 must be at most 4096"),
+    (norm_rows, dict(zero_rows=1), "zero_rows=1 must be True or False"),
+    (grid_values, dict(shape=(2, -1)), "shape[1]=-1 must be at least 0"),
 ]
 
 
@@ -73,3 +80,49 @@ def test_power_of_two_scale_factors_scale_exactly(c):
 @given(float_arrays((3, 4), min_scale=2.0, max_scale=2.0))
 def test_float_arrays_have_the_shape_and_scale(x):
     assert x.shape == (3, 4) and x.dtype == np.float64 and np.all(np.isfinite(x))
+
+
+def test_swept_lengths_cover_either_side_of_every_tile_up_to_the_drawn_one():
+    assert LONG_LENGTHS == (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
+    assert swept_lengths(129) == EITHER_SIDE == (15, 17, 31, 33, 63, 65, 127, 129)
+    assert swept_lengths(65) == (15, 17, 31, 33, 63, 65)
+    assert swept_lengths(5) == (5,) and swept_lengths(33) == (33,) and swept_lengths(64) == (64,)
+
+
+def test_attention_shapes_draw_long_ones_at_small_widths_and_shrink_to_short_ones():
+    seen = []
+
+    @settings(max_examples=100, database=None, derandomize=True)
+    @given(attention_shapes(long_lengths=LONG_LENGTHS))
+    def collect(shape):
+        seen.append(shape)
+
+    collect()
+    long = [s for s in seen if s.seq in LONG_LENGTHS and s.seq > 8]
+    assert len(long) >= 30 and all(s.batch <= 2 and s.d_model <= 8 for s in long)
+    assert find(attention_shapes(long_lengths=LONG_LENGTHS), lambda s: s.seq > 100).seq == 127  # the smallest long length above 100
+
+
+def test_grid_values_shrink_value_by_value_towards_zeros_and_ones():
+    assert sorted(find(grid_values((3,)), lambda x: x.sum() > 0)) == [0.0, 0.0, 1.0]
+    assert find(float_arrays((2, 2)), lambda x: (x != 0).all()).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+@settings(max_examples=50, database=None, derandomize=True)
+@given(byte_arrays((3, 200)))
+def test_large_byte_arrays_fill_past_the_drawn_bytes_without_a_period(b):
+    assert b.shape == (3, 200) and b.dtype == np.uint8
+    if len(np.unique(b[0, :32])) > 16:  # random bytes drawn: the rest is no repetition of one block
+        assert not np.array_equal(b[1, :64], b[1, 64:128])
+
+
+@settings(max_examples=100, database=None, derandomize=True)
+@given(norm_rows(zero_rows=True))
+def test_zero_rows_are_exact_zeros_and_the_others_keep_their_spread(x):
+    zero = (x == 0).all(axis=-1)
+    assert np.all(x[~zero].std(axis=-1) >= 0.1 * (1 - 1e-9))
+
+
+def test_the_grid_is_normal_shaped_and_sorted_simplest_first():
+    assert GRID[:4].tolist() == [0.0, 0.0, 1.0, -1.0] and abs(GRID.mean()) < 0.01 and 0.95 < GRID.std() < 1.05
+    assert np.all(GRID * 64 == np.round(GRID * 64)) and np.abs(GRID).max() < 3
