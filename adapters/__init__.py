@@ -1,14 +1,18 @@
-"""Adapters: third-party implementations behind the suite's protocol, and templates for your own.
+"""Adapters: third-party implementations behind the suite's protocol, and the toolkit to write your own (docs/adapters.md).
 
 Each module is an implementation the suite can load (BACKEND plus protocol functions):
 
-    pytest --pyargs invariants --impl adapters.torch_sdpa        F.scaled_dot_product_attention
-    pytest --pyargs invariants --impl adapters.torch_mha         nn.MultiheadAttention (batch_first)
-    pytest --pyargs invariants --impl adapters.gpt2              transformers' GPT-2 block, model and parameter count
+    pytest --pyargs invariants --impl adapters.torch_sdpa            F.scaled_dot_product_attention
+    pytest --pyargs invariants --impl adapters.torch_mha             nn.MultiheadAttention (batch_first)
+    pytest --pyargs invariants --impl adapters.torch_encoder_layer   nn.TransformerEncoderLayer(norm_first=True): a pre-norm block, erf GELU
+    pytest --pyargs invariants --impl adapters.gpt2                  transformers' GPT-2 block, model and parameter count
+    pytest --pyargs invariants --impl adapters.hooked_transformer    TransformerLens's HookedTransformer: GPT-2 re-implemented, with hooks
     pytest --pyargs invariants --impl adapters.mixtral --impl-dtype float32   transformers' Mixtral MoE block and balance loss
 
-An adapter converts conventions (weight layouts, averaged weights, a loss off by a factor)
-and says so in its docstring; it never re-implements the maths it stands for. The
-transformers adapters build tiny random-config models locally, from the suite's weights:
+adapters.toolkit is how they are written: a layout (the suite's weights under the module's
+parameter names), a builder (the module for a shape) and a forward (how it is called) make a
+protocol function. An adapter converts conventions (weight layouts, averaged weights, a loss off
+by a factor) and says so in its docstring; it never re-implements the maths it stands for. The
+transformers and TransformerLens adapters build tiny models locally from the suite's weights:
 nothing is downloaded. docs/power.md explains each conversion.
 """

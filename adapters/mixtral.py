@@ -26,42 +26,30 @@ moe_n_params and moe_active_params are not provided: they count the protocol's G
 which Mixtral does not have.
 """
 
-from __future__ import annotations
-
-from functools import lru_cache
-
 import torch
-from torch.func import functional_call
+import torch.nn.functional as F
 from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock, load_balancing_loss_func
+
+from adapters import toolkit as tk
 
 BACKEND = "torch"
 TOP_K_TIES = "any"  # torch.topk's order among tied experts, not the lower index first
 BIAS_UNIT_GATE = 32.0  # tanh-GELU(32) = 32 exactly in every dtype (tanh saturates to 1): a constant hidden unit
 
 
-@lru_cache(maxsize=32)
-def _block(hidden, intermediate, n_experts, k, dtype, device):
-    """A MixtralSparseMoeBlock of this shape, eager experts; its own weights are never used (functional_call replaces them)."""
-    config = MixtralConfig(
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_local_experts=n_experts,
-        num_experts_per_tok=k,
-        hidden_act="gelu_pytorch_tanh",
-        router_jitter_noise=0.0,
-    )
+def _moe_block(d_model, d_ff, n_experts, k):
+    config = MixtralConfig(hidden_size=d_model, intermediate_size=d_ff, num_local_experts=n_experts, num_experts_per_tok=k,
+                           hidden_act="gelu_pytorch_tanh", router_jitter_noise=0.0)
     config._experts_implementation = "eager"  # the reference loop over experts, not a fused kernel
-    return MixtralSparseMoeBlock(config).to(dtype=dtype, device=device).eval()
+    return MixtralSparseMoeBlock(config)
 
 
 def _route(router_logits, k):
-    """Mixtral's router on given logits: (N, E) -> kept weights (N, k) (float32) and expert indices (N, k)."""
-    N, E = router_logits.shape
-    router = _block(E, 1, E, k, router_logits.dtype, router_logits.device).gate
-    identity = torch.eye(E, dtype=router_logits.dtype, device=router_logits.device)  # the router's weight: logits pass unchanged
-    _, weights, indices = functional_call(router, {"weight": identity}, (router_logits,))
-    return weights, indices
+    """Mixtral's router on given logits (an identity weight: exact): (N, E) -> kept weights (N, k) (float32) and expert indices (N, k)."""
+    E = router_logits.shape[-1]
+    router = tk.module(_moe_block, like=router_logits, part="gate", d_model=E, d_ff=1, n_experts=E, k=k)
+    return tk.call(router, {"weight": torch.eye(E, dtype=router_logits.dtype, device=router_logits.device)}, router_logits)[1:]
 
 
 def top_k_gates(router_logits, k):
@@ -72,8 +60,7 @@ def top_k_gates(router_logits, k):
 
 def tokens_per_expert(router_logits, k):
     """(N, E) -> (E,): how many tokens Mixtral's router sends to each expert."""
-    _, indices = _route(router_logits, k)
-    return torch.bincount(indices.reshape(-1), minlength=router_logits.shape[-1])
+    return torch.bincount(_route(router_logits, k)[1].reshape(-1), minlength=router_logits.shape[-1])
 
 
 def load_balancing_loss(router_logits, k):
@@ -81,38 +68,25 @@ def load_balancing_loss(router_logits, k):
     return load_balancing_loss_func((router_logits,), router_logits.shape[-1], k) / k
 
 
-def _expert_weights(experts, like):
-    """The protocol's GELU experts as Mixtral's gate_up_proj (E, 2I, d + 1) and down_proj (E, d + 1, I), I = F + 1."""
-    d, F = experts[0]["W1"].shape
-    gate_up, down = [], []
-    for e in experts:
-        constant = torch.zeros(F + 1, d + 1, dtype=like.dtype, device=like.device)
-        constant[:, d] = 1.0  # reads the appended 1
-        gate = torch.cat([torch.cat([e["W1"].T, e["b1"][:, None]], dim=1), BIAS_UNIT_GATE * constant[:1]])  # (F + 1, d + 1)
-        gate_up.append(torch.cat([gate, constant]))  # (2(F + 1), d + 1): [gate; up], up·x = 1 for every unit
-        out = torch.cat([e["W2"].T, e["b2"][:, None] / BIAS_UNIT_GATE], dim=1)  # (d, F + 1)
-        down.append(torch.cat([out, torch.zeros_like(out[:1])]))  # (d + 1, F + 1): nothing written to the constant
-    return torch.stack(gate_up), torch.stack(down)
+def _experts(experts, d):
+    """The protocol's GELU experts as Mixtral's gate_up_proj (E, 2(F + 1), d + 1) and down_proj (E, d + 1, F + 1)."""
+    unit = experts[0]["W1"].new_full((1, 1), BIAS_UNIT_GATE)
+    gates = [torch.block_diag(e["W1"].T, unit) + F.pad(e["b1"][:, None], (d, 0, 0, 1)) for e in experts]  # (F + 1, d + 1): [W1ᵀ b1; 0 32]
+    up = F.pad(torch.ones_like(gates[0][:, :1]), (d, 0))  # (F + 1, d + 1): every unit's up projection reads the appended 1
+    down = [F.pad(torch.cat([e["W2"].T, e["b2"][:, None] / BIAS_UNIT_GATE], dim=1), (0, 0, 0, 1)) for e in experts]  # (d + 1, F + 1)
+    return torch.stack([torch.cat([gate, up]) for gate in gates]), torch.stack(down)
 
 
 def moe(x, router, experts, k):
     """(N, d) -> (N, d) through MixtralSparseMoeBlock, the protocol's experts written into its weights."""
-    N, d = x.shape
-    E, F = router.shape[1], experts[0]["W1"].shape[1]
-    block = _block(d + 1, F + 1, E, k, x.dtype, x.device)
-    gate_up, down = _expert_weights(experts, x)
-    weights = {
-        "gate.weight": torch.cat([router.T, torch.zeros_like(router.T[:, :1])], dim=1),  # (E, d + 1)
-        "experts.gate_up_proj": gate_up,
-        "experts.down_proj": down,
-    }
-    extended = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)[None]  # (1, N, d + 1)
-    return functional_call(block, weights, (extended,))[0, :, :d]  # (N, d)
+    d, E, F_ = x.shape[1], router.shape[1], experts[0]["W1"].shape[1]
+    block = tk.module(_moe_block, like=x, d_model=d + 1, d_ff=F_ + 1, n_experts=E, k=k)
+    gate_up, down = _experts(experts, d)
+    values = {"gate.weight": F.pad(router.T, (0, 1)), "experts.gate_up_proj": gate_up, "experts.down_proj": down}  # the router ignores the 1
+    return tk.call(block, values, F.pad(x, (0, 1), value=1.0)[None])[0, :, :d]  # (1, N, d + 1) -> (N, d)
 
 
 def feed_forward(x, W1, b1, W2, b2):
     """(..., d) -> (..., d) as one Mixtral expert: the block with one expert, whose gate is exactly 1."""
     d = x.shape[-1]
-    router = torch.zeros(d, 1, dtype=x.dtype, device=x.device)  # (d, 1): one expert, always chosen
-    expert = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
-    return moe(x.reshape(-1, d), router, [expert], 1).reshape(x.shape)
+    return moe(x.reshape(-1, d), x.new_zeros(d, 1), [{"W1": W1, "b1": b1, "W2": W2, "b2": b2}], 1).reshape(x.shape)

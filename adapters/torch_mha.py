@@ -2,34 +2,27 @@
 
 Conventions converted:
 - nn.Linear computes x @ weightᵀ, so in_proj_weight = [W_qᵀ; W_kᵀ; W_vᵀ] (3d, d) and
-  out_proj.weight = W_oᵀ. The protocol's weights are handed to the module with
-  torch.func.functional_call, so autograd reaches them and nothing is copied.
+  out_proj.weight = W_oᵀ, handed to the module through the toolkit (torch.func.functional_call),
+  so autograd reaches them and nothing is copied.
 - The causal mask is a boolean attn_mask, True where a query may NOT attend (key > query).
 - MultiheadAttention averages the weights over heads by default; average_attn_weights=False
   returns them per head, (B, H, T, T), as the protocol wants.
 """
 
-from __future__ import annotations
-
-from functools import lru_cache
-
 import torch
-from torch.func import functional_call
+
+from adapters import toolkit as tk
 
 BACKEND = "torch"
+LAYOUT = {"in_proj_weight": tk.cat(tk.T("W_q"), tk.T("W_k"), tk.T("W_v")), "out_proj.weight": tk.T("W_o")}  # (3d, d), (d, d)
 
 
-@lru_cache(maxsize=32)
-def _module(d, n_heads, dtype, device):
-    """An nn.MultiheadAttention of this shape; its own weights are never used (functional_call replaces them)."""
-    return torch.nn.MultiheadAttention(d, n_heads, bias=False, batch_first=True, dtype=dtype, device=device).eval()
+def _mha(d_model, n_heads):
+    return torch.nn.MultiheadAttention(d_model, n_heads, bias=False, batch_first=True)
 
 
-def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
-    """(B, T, d) -> (B, T, d) and the weights (B, H, T, T), through nn.MultiheadAttention."""
-    T, d = x.shape[1], x.shape[2]
-    module = _module(d, n_heads, x.dtype, x.device)
-    weights = {"in_proj_weight": torch.cat([W_q.T, W_k.T, W_v.T]), "out_proj.weight": W_o.T}  # (3d, d), (d, d)
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1) if causal else None  # (T, T)
-    options = {"attn_mask": mask, "need_weights": True, "average_attn_weights": False}
-    return functional_call(module, weights, (x, x, x), options)  # out (B, T, d), weights (B, H, T, T)
+def _forward(mha, x, causal):
+    return mha(x, x, x, attn_mask=tk.causal_mask(x, causal), need_weights=True, average_attn_weights=False)  # out (B, T, d), weights (B, H, T, T)
+
+
+attention = tk.attention(_mha, LAYOUT, _forward)

@@ -1,0 +1,412 @@
+"""The adapter toolkit: put a class-based implementation (an nn.Module, the lesson's numpy classes) behind the protocol in a few lines.
+
+An adapter says three things, and the toolkit does the rest:
+
+1. **A layout**: a plain dict from the module's parameter names to the suite's weights,
+   `{"c_attn.weight": cat("W_q", "W_k", "W_v", dim=1), "out_proj.weight": T("W_o")}`. A value
+   is a key of the suite's params, or `T`, `cat`, `heads`, `zeros` of one, or any callable of the
+   params; `under(prefix, layout)` prefixes a sublayer's names and `each("blocks", layout)` lays
+   out every block of a model (the dict key holds `{}` for the block's index). Attention biases
+   the suite did not draw (`b_q, b_k, b_v, b_o`) read as zeros, so a module that always has them
+   takes the bias-free protocol functions too.
+2. **A builder**: a function that makes the module from sizes named as the protocol names them
+   (`d_model, n_heads, d_ff, eps, vocab, n_layers, max_len`, and `causal`, `dtype`, `device`);
+   the toolkit passes each builder only the keywords it declares (all of them to `**kwargs`),
+   builds once per shape, dtype and device, moves the module there and puts it in eval mode.
+   `part="transformer.h.0.attn"` takes one submodule of what was built.
+3. **A forward**: how the module is called, e.g. `lambda block, x, causal: block(x, mask=...)`.
+
+The protocol-function factories (`layer_norm`, `attention`, `feed_forward`, `transformer_block`,
+`gpt_logits`, `cross_entropy`, `gpt_param_count`) combine them into a function with the
+protocol's signature. For a torch module the weights go in through `torch.func.functional_call`:
+nothing is copied, so autograd reaches the suite's tensors; any other object (a numpy class) gets
+them as attributes for the length of the call, and its own values back afterwards. `call`,
+`module`, `capture` and `causal_mask` are the pieces, for adapters that need something else.
+
+Errors: `gpt_logits` turns the library's own refusal of bad ids (IndexError, RuntimeError, ...)
+into the protocol's ValueError, only when the ids are bad (ids outside [0, V) or T > max_len),
+so a real bug never hides behind it. A layout that names a parameter the module lacks is a
+KeyError naming it; one that leaves out a parameter the forward uses makes the output NaN (the
+toolkit fills a torch module's own weights with NaN), which the suite reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import sys
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+
+__all__ = [
+    "T", "cat", "heads", "zeros", "under", "each", "weights",
+    "module", "quiet", "call", "capture", "causal_mask", "bad_ids",
+    "layer_norm", "attention", "feed_forward", "transformer_block", "gpt_logits", "cross_entropy", "gpt_param_count",
+]
+
+OPTIONAL_BIASES = {"b_q": "W_q", "b_k": "W_k", "b_v": "W_v", "b_o": "W_o"}  # a bias the suite did not draw is zeros, sized by its weight
+
+
+def _is_torch(value):
+    """Whether value is a torch tensor (torch is never imported here for a numpy adapter)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _nn_module(value):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)
+
+
+# -- layouts: the suite's weights under a module's names --------------------------------------------
+
+
+def _source(spec, params):
+    """The array that `spec` (a params key, or a callable of params) stands for."""
+    if callable(spec):
+        return spec(params)
+    if spec in params:
+        return params[spec]
+    if spec in OPTIONAL_BIASES and OPTIONAL_BIASES[spec] in params:
+        weight = params[OPTIONAL_BIASES[spec]]  # (d_in, d_out): the bias has d_out entries
+        return weight.new_zeros(weight.shape[-1]) if _is_torch(weight) else np.zeros(weight.shape[-1], weight.dtype)
+    raise KeyError(f"the layout reads {spec!r}, which the suite's params do not hold (they hold {', '.join(sorted(map(str, params)))})")
+
+
+def T(spec):  # noqa: N802 - named like the transpose it is
+    """The (d_in, d_out) weight transposed to (d_out, d_in), the layout nn.Linear stores."""
+    return lambda params: _source(spec, params).T
+
+
+def cat(*specs, dim=0):
+    """The arrays concatenated along `dim`: fused projections, e.g. in_proj_weight = cat(T("W_q"), T("W_k"), T("W_v"))."""
+
+    def concatenated(params):
+        parts = [_source(s, params) for s in specs]
+        if _is_torch(parts[0]):
+            import torch
+
+            return torch.cat(parts, dim=dim)
+        return np.concatenate(parts, axis=dim)
+
+    return concatenated
+
+
+def heads(spec, *, rows=False):
+    """Split per head (n_heads from the params): W (d, H·D) -> (H, d, D), a bias (H·D,) -> (H, D); rows=True: W_o (H·D, d) -> (H, D, d)."""
+
+    def split(params):
+        value, n_heads = _source(spec, params), params["n_heads"]
+        if rows or value.ndim == 1:
+            return value.reshape(n_heads, -1, *value.shape[1:])  # (H·D, ...) -> (H, D, ...)
+        per_head = value.reshape(value.shape[0], n_heads, -1)  # (d, H·D) -> (d, H, D)
+        return per_head.permute(1, 0, 2) if _is_torch(per_head) else per_head.transpose(1, 0, 2)  # (H, d, D)
+
+    return split
+
+
+def zeros(spec, axis=0):
+    """Zeros of the length of axis `axis` of `spec`: a bias the module has and the protocol does not (an unembedding's b_U)."""
+
+    def zero(params):
+        like = _source(spec, params)
+        return like.new_zeros(like.shape[axis]) if _is_torch(like) else np.zeros(like.shape[axis], like.dtype)
+
+    return zero
+
+
+def under(prefix, layout):
+    """The layout of a submodule: every name prefixed, e.g. under("attn.", ATTENTION)."""
+    return {prefix + name: spec for name, spec in layout.items()}
+
+
+class each:  # noqa: N801 - reads as a layout value, like T and cat
+    """Every element of params[key] laid out with `layout`, under the dict key with its index: {"transformer.h.{}.": each("blocks", BLOCK)}."""
+
+    def __init__(self, key, layout):
+        self.key, self.layout = key, layout
+
+
+def weights(layout, params):
+    """{module name: array} for `layout` applied to the suite's `params` (a dict; n_heads passes on to each block)."""
+    out = {}
+    for name, spec in layout.items():
+        if isinstance(spec, each):
+            shared = {k: v for k, v in params.items() if k == "n_heads"}
+            for i, item in enumerate(params[spec.key]):
+                out.update(weights(under(name.format(i), spec.layout), {**item, **shared}))
+        else:
+            out[name] = _source(spec, params)
+    return out
+
+
+# -- modules: building once, calling with the suite's weights ------------------------------------------
+
+
+def _accepted(build):
+    """The keywords build takes (None: any, it has **kwargs)."""
+    parameters = inspect.signature(build).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+@functools.lru_cache(maxsize=64)
+def _built(build, part, sizes, dtype, device):
+    kwargs = dict(sizes)
+    made = build(**kwargs)
+    if part:
+        made = made.get_submodule(part) if _nn_module(made) else operator.attrgetter(part)(made)
+    if _nn_module(made):
+        import torch
+
+        made = torch.nn.Module.to(made, dtype=dtype, device=device)  # nn.Module's own .to: some libraries override it (HookedTransformer)
+        made.eval()
+        with torch.no_grad():  # its own weights are never meant to be used: one the layout forgets makes the output NaN, loudly
+            for parameter in made.parameters():
+                parameter.fill_(float("nan"))
+    return made
+
+
+def quiet(build):
+    """build with its DeprecationWarnings and FutureWarnings silenced: a notice for the adapter's author, not for the suite's report."""
+
+    @functools.wraps(build)  # inspect.signature follows __wrapped__: the keywords build declares still decide what it is given
+    def quietly(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            return build(*args, **kwargs)
+
+    return quietly
+
+
+def module(build, *, like, part=None, **sizes):
+    """build(**sizes), given the sizes it declares (and like's dtype and device where it asks), built once per shape, in eval mode.
+
+    A torch module is moved to like's dtype and device (a no-op where the builder already built it
+    there). Its own weights are filled with NaN: the suite's always replace them (call).
+    """
+    accepted = _accepted(build)
+    torch_like = _is_torch(like)
+    offered = {**sizes, "dtype": like.dtype, "device": like.device if torch_like else "cpu"}
+    given = tuple(sorted((k, v) for k, v in offered.items() if accepted is None or k in accepted))
+    return _built(build, part, given, like.dtype if torch_like else None, like.device if torch_like else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _names(target):
+    """Every parameter and buffer name of a torch module (tied ones under each name)."""
+    return {n for n, _ in target.named_parameters(remove_duplicate=False)} | {n for n, _ in target.named_buffers(remove_duplicate=False)}
+
+
+def _check_names(target, given):
+    unknown = sorted(set(given) - _names(target))
+    if unknown:
+        raise KeyError(f"the layout names {', '.join(unknown)}, which {type(target).__name__} does not have (see its named_parameters())")
+
+
+@functools.cache
+def _bound_class():
+    import torch
+
+    class Bound(torch.nn.Module):
+        """forward(module, *args) as a module, so that functional_call can run any method or function on `module`."""
+
+        def __init__(self, module, forward):
+            super().__init__()
+            self.module, self.forward_fn = module, forward
+
+        def forward(self, *args, **kwargs):
+            return self.forward_fn(self.module, *args, **kwargs)
+
+    return Bound
+
+
+@contextmanager
+def _assigned(target, values):
+    """Set target's dotted attributes to values for the block, and put the old ones back after."""
+    saved = {}
+    try:
+        for name, value in values.items():
+            owner_path, _, attr = name.rpartition(".")
+            owner = operator.attrgetter(owner_path)(target) if owner_path else target
+            saved[name] = (owner, attr, getattr(owner, attr))
+            setattr(owner, attr, value)
+        yield target
+    finally:
+        for owner, attr, old in saved.values():
+            setattr(owner, attr, old)
+
+
+def call(target, values, *args, forward=None, **kwargs):
+    """forward(target, *args, **kwargs) (default target(*args, **kwargs)) with target's parameters replaced by `values` ({name: array}).
+
+    A torch module runs through torch.func.functional_call (nothing copied; autograd reaches the
+    arrays); any other object has the values set as attributes for the call.
+    """
+    forward = forward or (lambda m, *a, **k: m(*a, **k))
+    if not _nn_module(target):
+        with _assigned(target, values):
+            return forward(target, *args, **kwargs)
+    from torch.func import functional_call
+
+    _check_names(target, values)
+    return functional_call(_bound_class()(target, forward), {"module." + k: v for k, v in values.items()}, args, kwargs)
+
+
+@contextmanager
+def capture(target, name):
+    """Collect what target's submodule `name` outputs during the block (a forward hook); for another object, its attribute `name` after."""
+    seen = []
+    if not _nn_module(target):
+        try:
+            yield seen
+        finally:
+            seen.append(operator.attrgetter(name)(target))
+        return
+    handle = target.get_submodule(name).register_forward_hook(lambda _module, _inputs, output: seen.append(output))
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def causal_mask(x, causal=True, *, additive=False):
+    """The (T, T) mask for x (B, T, d), None in encoder mode: True above the diagonal (where a query may not look), or -inf there if additive."""
+    if not causal:
+        return None
+    T = x.shape[1]
+    if _is_torch(x):
+        import torch
+
+        blocked = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        return torch.zeros(T, T, dtype=x.dtype, device=x.device).masked_fill(blocked, float("-inf")) if additive else blocked
+    blocked = np.triu(np.ones((T, T), dtype=bool), 1)
+    return np.where(blocked, -np.inf, 0.0).astype(x.dtype) if additive else blocked
+
+
+def bad_ids(ids, vocab, max_len):
+    """Whether the protocol requires gpt_logits to refuse ids: an id outside [0, vocab), or a sequence longer than max_len."""
+    if ids.shape[-1] > max_len:
+        return True
+    return bool((ids.numel() if _is_torch(ids) else ids.size) > 0 and (ids.min() < 0 or ids.max() >= vocab))
+
+
+# -- protocol functions from a builder, a layout and a forward ---------------------------------------
+
+
+def _named(fn, name, what):
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = what
+    return fn
+
+
+def _default_forward(target, *args):
+    return target(*args)
+
+
+def layer_norm(build, forward=None, *, layout=None, part=None):
+    """layer_norm(x, gain, bias, eps) from build(d_model, eps); layout default {"weight": "gain", "bias": "bias"} (nn.LayerNorm's names)."""
+    layout = layout or {"weight": "gain", "bias": "bias"}
+
+    def layer_norm(x, gain, bias, eps=1e-5):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], eps=eps)
+        return call(target, weights(layout, {"gain": gain, "bias": bias}), x, forward=forward or _default_forward)
+
+    return _named(layer_norm, "layer_norm", f"layer_norm(x, gain, bias, eps) through {getattr(build, '__name__', build)}")
+
+
+def attention(build, layout, forward, *, weights_from=None, part=None):
+    """attention(x, W_q, W_k, W_v, W_o, n_heads, causal) from build(d_model, n_heads, causal) and forward(module, x, causal).
+
+    forward returns (out, weights), or out alone with weights_from naming the submodule whose
+    output is the (B, H, T, T) weights (captured with a hook), or out alone for an implementation
+    that declares ATTENTION_WEIGHTS = False.
+    """
+
+    def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], n_heads=n_heads, causal=causal)
+        values = weights(layout, {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o, "n_heads": n_heads})
+        if weights_from is None:
+            return call(target, values, x, causal, forward=forward)
+        with capture(target, weights_from) as seen:
+            out = call(target, values, x, causal, forward=forward)
+        return out, seen[-1]
+
+    return _named(attention, "attention", "attention(x, W_q, W_k, W_v, W_o, n_heads, causal) -> (out (B, T, d), weights (B, H, T, T))")
+
+
+def feed_forward(build, layout, forward=None, *, part=None):
+    """feed_forward(x, W1, b1, W2, b2) from build(d_model, d_ff) and forward(module, x) (default module(x))."""
+
+    def feed_forward(x, W1, b1, W2, b2):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], d_ff=W1.shape[1])
+        return call(target, weights(layout, {"W1": W1, "b1": b1, "W2": W2, "b2": b2}), x, forward=forward or _default_forward)
+
+    return _named(feed_forward, "feed_forward", "feed_forward(x, W1, b1, W2, b2) -> (..., d)")
+
+
+def transformer_block(build, layout, forward, *, part=None):
+    """transformer_block(x, params, n_heads, causal) from build(d_model, n_heads, d_ff, causal) and forward(module, x, causal)."""
+
+    def transformer_block(x, params, n_heads, causal=True):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], n_heads=n_heads, d_ff=params["W1"].shape[1], causal=causal)
+        return call(target, weights(layout, {**params, "n_heads": n_heads}), x, causal, forward=forward)
+
+    return _named(transformer_block, "transformer_block", "transformer_block(x, params, n_heads, causal) -> (B, T, d)")
+
+
+def gpt_logits(build, layout, forward, *, refuses=(IndexError, RuntimeError), check_ids=False, part=None):
+    """gpt_logits(ids, params, n_heads) from build(vocab, d_model, n_layers, max_len, n_heads, d_ff) and forward(module, ids).
+
+    An exception of a `refuses` type becomes the protocol's ValueError where the ids are bad
+    (bad_ids), and propagates unchanged otherwise. check_ids=True refuses bad ids before the call,
+    for a library that accepts some without complaint (say so in the adapter's docstring).
+    """
+
+    def gpt_logits(ids, params, n_heads):
+        (vocab, d_model), max_len, blocks = params["wte"].shape, params["wpe"].shape[0], params["blocks"]
+        d_ff = blocks[0]["W1"].shape[1] if blocks else 4 * d_model
+        sizes = {"vocab": vocab, "d_model": d_model, "n_layers": len(blocks), "max_len": max_len, "n_heads": n_heads, "d_ff": d_ff}
+        if check_ids and bad_ids(ids, vocab, max_len):
+            raise ValueError(f"ids of shape {tuple(ids.shape)} outside [0, {vocab}) or longer than max_len {max_len}")
+        target = module(build, like=params["wte"], part=part, **sizes)
+        try:
+            return call(target, weights(layout, {**params, "n_heads": n_heads}), ids, forward=forward)
+        except refuses as exc:
+            if not bad_ids(ids, vocab, max_len):
+                raise
+            raise ValueError(f"refused ids of shape {tuple(ids.shape)} (vocab {vocab}, max_len {max_len}): {type(exc).__name__}: {exc}") from exc
+
+    return _named(gpt_logits, "gpt_logits", "gpt_logits(ids, params, n_heads) -> (B, T, V); ValueError on bad ids")
+
+
+def cross_entropy(loss):
+    """cross_entropy(logits, targets) from a loss of (N, V) logits and (N,) targets: the leading axes are flattened into N."""
+
+    def cross_entropy(logits, targets):
+        return loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return _named(cross_entropy, "cross_entropy", f"cross_entropy(logits, targets) through {getattr(loss, '__name__', loss)}")
+
+
+def gpt_param_count(build, *, without=()):
+    """gpt_param_count(vocab, d_model, n_layers, max_len, attn_bias) as sum(numel) over build(...) on the meta device (no memory), tied tensors once.
+
+    attn_bias=False leaves out the parameters whose names end with one of `without` (the
+    attention biases of a model that cannot drop them).
+    """
+    import torch
+
+    def gpt_param_count(vocab, d_model, n_layers, max_len, attn_bias=True):
+        accepted = _accepted(build)
+        sizes = {"vocab": vocab, "d_model": d_model, "n_layers": n_layers, "max_len": max_len}
+        with torch.device("meta"):
+            model = build(**{k: v for k, v in sizes.items() if accepted is None or k in accepted})
+        return sum(p.numel() for name, p in model.named_parameters() if attn_bias or not name.endswith(tuple(without)))
+
+    return _named(gpt_param_count, "gpt_param_count", "gpt_param_count(vocab, d_model, n_layers, max_len, attn_bias) -> int")

@@ -1,0 +1,44 @@
+"""The modern-decoder adapters (transformers' Llama, Mistral, Qwen2; torch's SDPA with enable_gqa) pass chosen invariants.
+
+Few examples here; `tox -e external` runs the whole suite on each. Skipped where transformers is not installed.
+"""
+
+import pytest
+from hypothesis import settings
+
+pytest.importorskip("torch", reason="the adapters wrap torch code; torch is not installed")
+
+from invariants import REGISTRY, all_invariants, load_implementation, run_invariant  # noqa: E402
+
+all_invariants()
+FEW = settings(max_examples=6, derandomize=True, database=None, deadline=None)
+
+CHOSEN = {  # adapter: (dtype, invariants)
+    "sdpa_gqa": ("float64", ("gqa.repeated_kv_heads", "gqa.queries_shorter_than_keys", "gqa.agrees_with_reference",
+                             "masking.window_key_count", "masking.fully_masked_rows", "cross_attention.cross_agrees_with_reference")),
+    "llama": ("float32", ("rope.pairing_anchor", "swiglu.agrees_with_reference", "llama.block_agrees_with_reference",
+                          "llama.logits_agree_with_reference", "decoding.decode_matches_full_forward", "decoding.cache_size_law")),
+    "mistral": ("float32", ("llama.block_agrees_with_reference", "decoding.decode_matches_full_forward", "decoding.cache_size_law")),
+    "qwen2": ("float32", ("llama.block_agrees_with_reference", "decoding.decode_matches_full_forward")),
+}
+CASES = [(adapter, dtype, name) for adapter, (dtype, names) in CHOSEN.items() for name in names]
+
+
+@pytest.mark.parametrize("adapter, dtype, name", CASES, ids=[f"{a}-{n}" for a, _, n in CASES])
+def test_decoder_adapter_passes(adapter, dtype, name):
+    if adapter != "sdpa_gqa":
+        pytest.importorskip("transformers", reason="the transformers adapters need transformers (pip install -e '.[external]')")
+    impl = load_implementation(f"adapters.{adapter}", dtype=dtype)
+    outcome = run_invariant(REGISTRY[name], impl, settings=FEW)
+    assert outcome.passed, outcome.report or outcome.reason
+
+
+def test_each_transformers_adapter_declares_its_family_conventions():
+    pytest.importorskip("transformers")
+    expected = {
+        "llama": {"ROPE_PAIRING": "half_split", "QKV_BIASES": True, "SLIDING_WINDOW": False},  # no window in transformers' Llama
+        "mistral": {"ROPE_PAIRING": "half_split"},  # its sliding window is the protocol's: nothing to declare
+        "qwen2": {"ROPE_PAIRING": "half_split", "QKV_BIASES": True},
+    }
+    for adapter, declarations in expected.items():
+        assert load_implementation(f"adapters.{adapter}", dtype="float32").declarations == declarations, adapter
