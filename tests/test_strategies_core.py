@@ -4,7 +4,18 @@ import numpy as np
 import pytest
 from hypothesis import find, given, settings
 
-from strategies import EITHER_SIDE, LONG_LENGTHS, InvalidArgument, attention_shapes, dtypes, float_arrays, norm_rows, scale_factors, swept_lengths, weights
+from strategies import (
+    EITHER_SIDE,
+    LONG_LENGTHS,
+    InvalidArgument,
+    attention_shapes,
+    dtypes,
+    float_arrays,
+    norm_rows,
+    scale_factors,
+    swept_lengths,
+    weights,
+)
 from strategies.core import GRID, byte_arrays, grid_values
 
 BAD_ARGUMENTS = [
