@@ -9,10 +9,11 @@ all_invariants()
 SIGNATURES = load_signatures()
 
 
-def test_the_shipped_signatures_cover_the_zoo_and_name_registered_invariants():
+def test_the_shipped_signatures_name_zoo_mutants_and_registered_invariants():
+    """A mutant added since the last `python -m mutants.matrix --whole --signatures invariants/signatures.json` is diagnosed from the others."""
     from mutants import all_mutants
 
-    assert set(SIGNATURES) == {m.name for m in all_mutants()}, "regenerate: python -m mutants.matrix --whole --signatures invariants/signatures.json"
+    assert set(SIGNATURES) <= {m.name for m in all_mutants()}, "a signature names a mutant the zoo no longer has: regenerate them"
     for name, signature in SIGNATURES.items():
         assert set(signature["failing"]) <= set(REGISTRY) and set(signature["held"]) <= set(REGISTRY), name
         assert signature["killed_by"] in signature["failing"], f"{name}: its named invariant does not fail it"
