@@ -330,7 +330,6 @@ def tf_gelu_fast_coefficients(x):
     also=("huggingface/transformers#3181", "huggingface/transformers#9594", "huggingface/transformers#17121"),
     project="transformers 2.x-4.x GPT2 Attention._attn (masked_bias = -1e4)",
     original="b = self.bias[:, :, ns - nd : ns, :ns]\nw = w * b - 1e4 * (1 - b)",
-    needs="attention scores around -1e4 at every visible key (below about -9,300 in float64): the strategies draw unit-size scores",
 )
 def gpt2_finite_causal_mask(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None, b_v=None, b_o=None):
     B, T, d = x.shape
@@ -483,7 +482,6 @@ def xformers_causal_mask_skipped(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *,
     project="ExecuTorch Vulkan SDPA attention-weights softmax shader (Phi-4-mini produced garbage)",
     original="(the fix's description; the shader is GLSL) The SDPA attention weights softmax shader computed naive softmax: "
     "exp(x) / sum(exp(x)).",
-    needs="attention scores above 88.7 (float32; above 709 in float64): the strategies draw unit-size scores",
     dtype="float32",
 )
 def executorch_naive_softmax_sdpa(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None, b_v=None, b_o=None):
