@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 import unittest
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,10 +189,37 @@ def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None):
     return _outcome_of(search, test)
 
 
+@contextmanager
+def _draws_independent_of_loaded_modules():
+    """Hypothesis draws now and then from the literals of every local module imported so far; pin that pool empty for the run.
+
+    Without this a derandomized (ci) run would draw differently in a process that imported other modules
+    first (a host's own code, the implementation under test, the rest of this suite under xdist), and the
+    same invariant on the same code could pass in one run and fail in the next. The pool is private to
+    hypothesis.internal.conjecture.providers (hypothesis 6.131+); where it is not found nothing is pinned.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        loaded_modules_constants, cache = providers._get_local_constants, providers.CONSTANTS_CACHE.cache
+        empty = providers.Constants()
+    except (ImportError, AttributeError):  # another hypothesis: draws are what it makes them
+        yield
+        return
+    cache.clear()  # it holds the pool's values per choice kind
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = loaded_modules_constants
+        cache.clear()
+
+
 def _outcome_of(search, run):
     """Run the hypothesis test `run` for `search` and word how it ended."""
     try:
-        run()
+        with _draws_independent_of_loaded_modules():
+            run()
     except BaseException as exc:
         if search.limit_reached:  # hypothesis may report the stopped shrink as a flaky draw: the flag says what happened
             return search.failure(*search.latest_failure, notes=(f"(shrinking stopped after {search.shrink_limit} more examples: "

@@ -157,3 +157,23 @@ def test_a_numpy_scalar_argument_reaches_the_implementation_as_a_python_number(d
     impl = Implementation.from_functions(backend="numpy", dtype=dtype, layer_norm=layer_norm)
     impl.layer_norm(np.ones((1, 4)), np.ones(4), np.zeros(4), np.float64(1e-5))
     assert seen == [(float, np.dtype(dtype))]
+
+
+def test_a_derandomized_run_draws_the_same_whatever_the_process_imported_before(tmp_path, monkeypatch):
+    drawn = []
+
+    def record(impl, case):
+        drawn.append((case.draw(st.integers(0, 10**6), "n"), case.draw(st.floats(-1e6, 1e6), "x")))
+
+    inv = _invariant(record)
+    impl = _impl(softmax=ref.softmax)
+    run_invariant(inv, impl, settings=CI)
+    before, drawn[:] = list(drawn), []
+    # hypothesis mixes the literals of local modules into its draws: a host's module full of them must change nothing
+    literals = ", ".join(f"{n}, {n}.5" for n in range(1000, 10**6, 4999))  # under hypothesis's 1024 per module
+    (tmp_path / "host_constants.py").write_text(f"VALUES = ({literals})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import host_constants  # noqa: F401
+
+    run_invariant(inv, impl, settings=CI)
+    assert drawn == before and len(before) == CI.max_examples
