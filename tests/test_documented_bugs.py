@@ -93,7 +93,8 @@ def test_the_named_invariant_kills_the_documented_bug_at_ci(mutant):
 
 
 # Inputs from the region each surviving bug needs (the numbers of its report where it gives them):
-# proof that the mutant is a real bug the strategies do not reach yet, not a harmless rewrite.
+# proof that the mutant is a real bug the strategies do not reach yet, not a harmless rewrite. A bug the
+# suite has since learnt to kill keeps its witness: the region it was found in stays on record.
 def _gpt2_mask(ns):
     x, W_q, W_k, one = np.ones((1, 2, 1)), np.array([[100.0]]), np.array([[-100.0]]), np.array([[1.0]])  # every score -1e4
     got = ns.attention(x, W_q, W_k, one, one, 1, True)[1]
@@ -127,12 +128,15 @@ WITNESSES = {
 SURVIVORS = [m for m in DOCUMENTED if m.needs]
 
 
+WITNESSED = [m for m in DOCUMENTED if m.name in WITNESSES]
+
+
 def test_every_survivor_has_a_witness_from_the_region_it_needs():
-    assert {m.name for m in SURVIVORS} == set(WITNESSES)
+    assert {m.name for m in SURVIVORS} <= set(WITNESSES) <= {m.name for m in DOCUMENTED}
 
 
-@pytest.mark.parametrize("mutant", SURVIVORS, ids=_ids(SURVIVORS))
-def test_a_survivor_is_a_real_bug_in_the_region_it_needs(mutant):
+@pytest.mark.parametrize("mutant", WITNESSED, ids=_ids(WITNESSED))
+def test_a_witnessed_bug_is_real_in_the_region_it_needs(mutant):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         got, expected = WITNESSES[mutant.name](mutant.namespace())

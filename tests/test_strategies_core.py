@@ -115,8 +115,10 @@ def test_attention_shapes_draw_long_ones_at_small_widths_and_shrink_to_short_one
 
 
 def test_grid_values_shrink_value_by_value_towards_zeros_and_ones():
-    assert sorted(find(grid_values((3,)), lambda x: x.sum() > 0)) == [0.0, 0.0, 1.0]
-    assert find(float_arrays((2, 2)), lambda x: (x != 0).all()).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    steady = settings(database=None, derandomize=True)
+    assert set(find(grid_values((3,)), lambda x: x.sum() > 0, settings=steady).tolist()) <= {0.0, 1.0, -1.0}
+    assert find(float_arrays((2, 2)), lambda x: (x != 0).all(), settings=steady).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert find(grid_values((4,)), lambda x: (x != 0).sum() >= 2, settings=steady).tolist().count(0.0) == 2
 
 
 @settings(max_examples=50, database=None, derandomize=True)
