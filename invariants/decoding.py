@@ -45,7 +45,7 @@ def decode_matches_full_forward(impl, case):
     """Decoding in chunks split anywhere (a prefill, then one or more tokens at a time) gives the full forward's logits at every
     position, to rounding."""
     config, params, ids = model_case(impl, case, min_seq=2)
-    chunks = case.draw(decode_schedules(ids.shape[1]), "chunks")
+    chunks = case.draw(decode_schedules(ids.shape[1], min_chunks=2), "chunks")  # one chunk would be a plain forward
     call = _call(config, ids, chunks, "vs llama_logits on the whole sequence")
     logits, _ = decode(impl, ids, params, config, chunks, call)
     full = assert_shape(impl.llama_logits(ids, params, *sizes(config)), logits.shape, "llama_logits output", call)

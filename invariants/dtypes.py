@@ -291,9 +291,6 @@ def load_balancing_loss_keeps_dtype(impl, case):
 
 
 # --- the modern decoder (protocol v2): one dtype invariant per floating function -------------------------------------
-# (imports to add at the top: `from strategies.decoder import cross_args, cross_inputs, decoder_block_params, decode_schedules,
-#  gqa_args, gqa_inputs, llama_block_params, llama_configs, llama_params, rope_inputs, swiglu_inputs`, and
-#  `from invariants.conventions import declared`)
 
 
 def _llama_config(impl, case, **options):

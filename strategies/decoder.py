@@ -327,24 +327,28 @@ def llama_params(config):
     return st.builds(lambda seed: init_llama_params(config, seed), seeds())
 
 
-def decode_schedules(seq):
-    """int64 arrays of chunk sizes, each >= 1, summing to `seq`: a prefill then the further chunks, split anywhere.
+def decode_schedules(seq, *, min_chunks=1):
+    """int64 arrays of at least min_chunks chunk sizes, each >= 1, summing to `seq`: a prefill then the further chunks, split anywhere.
 
-    Generates on purpose the one-chunk schedule (a plain forward), token by token after a one-token
-    prefill, and any composition of seq; shrinks towards one chunk.
+    Generates on purpose the one-chunk schedule (a plain forward, where min_chunks is 1), token by
+    token after a one-token prefill, and any composition of seq; shrinks towards the fewest chunks.
     """
     check_int("seq", seq, low=1)
-    return _decode_schedules(seq)
+    check_int("min_chunks", min_chunks, low=1)
+    check_order("min_chunks", min_chunks, "seq", seq)
+    return _decode_schedules(seq, min_chunks)
 
 
 @cache
-def _decode_schedules(seq):
+def _decode_schedules(seq, min_chunks):
     def chunks(cuts):
         edges = [0, *sorted(cuts), seq]
         return np.diff(np.array(edges, dtype=np.int64))
 
-    cut_points = st.sets(st.integers(1, seq - 1)) if seq > 1 else st.just(set())
-    return st.one_of(st.just(frozenset()), cut_points, st.just(frozenset(range(1, seq)))).map(chunks)
+    token_by_token = st.just(frozenset(range(1, seq)))
+    cut_points = st.sets(st.integers(1, seq - 1), min_size=min_chunks - 1) if seq > 1 else st.just(frozenset())
+    schedules = [st.just(frozenset())] if min_chunks == 1 else []
+    return st.one_of(*schedules, cut_points, token_by_token).map(chunks)
 
 
 # -- cross-attention and the decoder block ------------------------------------------------------------

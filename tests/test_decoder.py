@@ -165,8 +165,9 @@ def test_gqa_inputs_are_valid_by_construction(inputs):
 @FEW
 @given(st.integers(1, 9), st.data())
 def test_decode_schedules_are_compositions(seq, data):
-    chunks = data.draw(decode_schedules(seq))
-    assert chunks.dtype == np.int64 and (chunks >= 1).all() and chunks.sum() == seq
+    min_chunks = data.draw(st.integers(1, seq))
+    chunks = data.draw(decode_schedules(seq, min_chunks=min_chunks))
+    assert chunks.dtype == np.int64 and (chunks >= 1).all() and chunks.sum() == seq and len(chunks) >= min_chunks
 
 
 @FEW
@@ -193,6 +194,7 @@ BAD = [
     (lambda: rope_inputs(max_seq=8, max_position=3), "max_position=3 must be at least 7"),
     (lambda: rope_inputs(bases=(1.0,)), "base=1.0 must be at least 1.0000001"),
     (lambda: decode_schedules(0), "seq=0 must be at least 1"),
+    (lambda: decode_schedules(3, min_chunks=4), "min_chunks=4"),
     (lambda: llama_configs(min_group=0), "min_group=0 must be at least 1"),
     (lambda: swiglu_inputs(min_d_ff=0), "min_d_ff=0 must be at least 1"),
 ]
