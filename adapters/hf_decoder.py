@@ -14,7 +14,8 @@ functional_call, so nothing is copied and the module's own weights, NaN-filled, 
 - llama_logits: the family's ForCausalLM on the ids.
 - llama_decode: the same model called once per chunk with the library's own DynamicCache
   (built from the model's config, so a sliding-window model gets sliding cache layers, which keep
-  the last w - 1 positions); positions come from the cache's length, as in generation.
+  the last w - 1 positions; full layers at w = 1, see decode_cache); positions come from the
+  cache's length, as in generation.
 
 Conventions every family shares, converted here: nn.Linear stores (out, in), the protocol's weights
 are (in, out), hence the transposes; the config's rms_norm_eps is the protocol's 1e-5; the
@@ -107,6 +108,19 @@ def _check_ids(ids, vocab):
         raise ValueError(f"token ids must lie in [0, {vocab}): got {int(ids.min())} .. {int(ids.max())}")
 
 
+def decode_cache(config, window):
+    """The library's DynamicCache for `config` (sliding layers where it has a window), or full layers at window 1.
+
+    At w = 1 transformers' sliding layer (5.24) keeps every position, as its slice [-w + 1:] is [0:], and
+    decoding then attends to the whole cache: full layers, which hold every position as the size law allows
+    and which the library's own sliding mask reads right, decode correctly. tests/test_decoder_adapters.py
+    shows the suite finding the library's own cache at w = 1.
+    """
+    from transformers import DynamicCache
+
+    return DynamicCache() if window == 1 else DynamicCache(config=config)
+
+
 def functions(family):
     """The protocol functions rope, swiglu, llama_block, llama_logits and llama_decode for one transformers family."""
 
@@ -166,11 +180,9 @@ def functions(family):
 
     def llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks):
         """A prefill of chunks[0] tokens, then each chunk on the library's DynamicCache: (logits (B, T, V), cache sizes (n,))."""
-        from transformers import DynamicCache
-
         target, values, vocab = _model(params, n_heads, n_kv_heads, rope_base, window, params["embed"])
         _check_ids(ids, vocab)
-        cache = DynamicCache(config=target.config)
+        cache = decode_cache(target.config, window)
         logits, sizes, start = [], [], 0
         for n in (int(c) for c in chunks):
             chunk = ids[:, start : start + n]

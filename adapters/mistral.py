@@ -10,8 +10,9 @@ rotate_half (ROPE_PAIRING = "half_split"); no attention biases (QKV_BIASES left 
 
 A library bug the suite finds (transformers 5.24): with sliding_window = 1 the sliding cache layer keeps every
 position (DynamicSlidingWindowLayer slices [-sliding_window + 1:], which is [0:] for w = 1), so decoding
-with a window of 1 attends to the whole cache and misses the full forward: decoding.decode_matches_full_forward
-fails at w = 1 (the full forward is right). It is reported, not converted.
+with a window of 1 attends to the whole cache and misses the full forward, and decoding.decode_matches_full_forward
+fails (the full forward is right). The adapter decodes w = 1 on full cache layers (hf_decoder.decode_cache), so
+that the rest of the library is checked at every window; tests/test_decoder_adapters.py keeps the bug on record.
 """
 
 from __future__ import annotations

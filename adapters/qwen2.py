@@ -9,10 +9,8 @@ has no head_dim), as the suite draws it; the sliding window is use_sliding_windo
 max_window_layers=0 (every layer sliding), its definition the protocol's; RoPE is rotate_half
 (ROPE_PAIRING = "half_split"). Run in float32.
 
-A library bug the suite finds (transformers 5.24): with sliding_window = 1 the sliding cache layer keeps every
-position (DynamicSlidingWindowLayer slices [-sliding_window + 1:], which is [0:] for w = 1), so decoding
-with a window of 1 attends to the whole cache and misses the full forward: decoding.decode_matches_full_forward
-fails at w = 1 (the full forward is right). It is reported, not converted.
+At w = 1 the library's sliding cache layer keeps every position and decodes wrong (transformers 5.24; see
+adapters/mistral.py): the adapter decodes w = 1 on full cache layers (hf_decoder.decode_cache).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from hypothesis import settings
 pytest.importorskip("torch", reason="the adapters wrap torch code; torch is not installed")
 
 from invariants import REGISTRY, all_invariants, load_implementation, run_invariant  # noqa: E402
+from invariants.profiles import profile_settings  # noqa: E402
 
 all_invariants()
 FEW = settings(max_examples=6, derandomize=True, database=None, deadline=None)
@@ -42,3 +43,18 @@ def test_each_transformers_adapter_declares_its_family_conventions():
     }
     for adapter, declarations in expected.items():
         assert load_implementation(f"adapters.{adapter}", dtype="float32").declarations == declarations, adapter
+
+
+@pytest.mark.parametrize("adapter", ["mistral", "qwen2"])
+def test_the_suite_finds_the_librarys_own_sliding_cache_at_window_one(adapter, monkeypatch):
+    """transformers 5.24's sliding cache layer keeps every position at w = 1 (adapters/hf_decoder.decode_cache works round it)."""
+    pytest.importorskip("transformers")
+    from transformers import DynamicCache
+
+    from adapters import hf_decoder
+
+    impl = load_implementation(f"adapters.{adapter}", dtype="float32")
+    monkeypatch.setattr(hf_decoder, "decode_cache", lambda config, window: DynamicCache(config=config))  # the library's own
+    outcome = run_invariant(REGISTRY["decoding.decode_matches_full_forward"], impl, settings=profile_settings("ci"))
+    # wrong logits, or a mask and a cache of different lengths that the library's attention refuses (RuntimeError)
+    assert outcome.status in ("failed", "error") and "window=1," in outcome.report, outcome.report or outcome.reason
