@@ -77,6 +77,10 @@ CONVENTIONS = {
                    "feed_forward, the block, the model and the experts are drawn with the hidden width d_ff = ratio·d_model "
                    "only (undeclared: feed_forward takes any width, the others 4·d_model)",
                    valid=_positive, requirement=">= 1"),
+        Convention("EXPERT_FFN", ("gelu", "swiglu"), "gelu",
+                   "'swiglu' (Mixtral, Qwen-MoE, DeepSeek-MoE, OLMoE): moe's experts are drawn as SwiGLU networks "
+                   "{W_gate, W_up, W_down} without biases and compared with the implementation's swiglu (not feed_forward) "
+                   "and the reference's; the closed-form MoE counts (GELU experts of 8d² + 5d) are skipped"),
         Convention("TOP_K_TIES", ("lower", "any"), "lower",
                    "'any': the tie-rule invariant is skipped and the gates are checked against any valid top-k set"),
         Convention("ROPE_PAIRING", ("half_split", "interleaved"), None,
@@ -160,6 +164,11 @@ def causal_modes(impl):
 def returns_weights(impl):
     """Whether impl's attention answers (out, weights) (the default) or out alone (ATTENTION_WEIGHTS = False)."""
     return declared(impl, "ATTENTION_WEIGHTS")
+
+
+def expert_function(impl):
+    """The protocol function an expert of impl's moe is: "swiglu" where EXPERT_FFN = "swiglu" is declared, else "feed_forward"."""
+    return "swiglu" if declared(impl, "EXPERT_FFN") == "swiglu" else "feed_forward"
 
 
 def d_ff_for(impl, d_model, default=None):

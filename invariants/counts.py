@@ -13,9 +13,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_value, assert_where
+from invariants.conventions import declared_skip
+from invariants.moe import moe_params_for
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance
-from strategies.moe import moe_params
 from strategies.params import gpt_configs, gpt_params
 
 GPT2_VOCAB, GPT2_MAX_LEN = 50_257, 1_024
@@ -128,8 +129,13 @@ def training_flops_rule(impl, case):
     assert_close(got, float(expected), "training FLOPs", ARITHMETIC, f"training_flops({n_params!r}, {n_tokens!r})")
 
 
+# The closed forms below count the protocol's experts, GELU networks of 8d² + 5d; moe_count_matches_params counts whatever is drawn.
+_GELU_EXPERTS_ONLY = declared_skip("EXPERT_FFN", lambda form: form == "swiglu", "the closed-form counts are of GELU experts (8d² + 5d)")
+
+
 @invariant(
     requires=("moe_n_params", "moe_active_params"),
+    applies=_GELU_EXPERTS_ONLY,
     hint="the active count includes every expert instead of the k chosen, the router (d·E, no bias) is left out, "
          "or an expert is not a 4× feed-forward network of 8d² + 5d",
 )
@@ -142,6 +148,7 @@ def moe_known_counts(impl, case):
 
 @invariant(
     requires=("moe_n_params", "moe_active_params"),
+    applies=_GELU_EXPERTS_ONLY,
     hint="the MoE count is not router + experts: a (d, E) router and E feed-forward networks of 8d² + 5d each, "
          "of which a token uses k",
 )
@@ -170,7 +177,7 @@ def moe_count_matches_params(impl, case):
     """moe_n_params(d, E) equals the total size of the router and the E experts the suite feeds moe."""
     d = case.draw(st.integers(1, 16), "d")
     n_experts = case.draw(st.integers(1, 8), "E")
-    params = case.draw(moe_params(d, n_experts), "params")
+    params = case.draw(moe_params_for(impl, d, n_experts), "params")
     router = params["router"].size
     experts = sum(array.size for expert in params["experts"] for array in expert.values())
     call = f"moe_n_params({d}, {n_experts}); the layer holds router {router} + experts {experts}"
@@ -179,6 +186,7 @@ def moe_count_matches_params(impl, case):
 
 @invariant(
     requires=("moe_n_params", "moe_active_params"),
+    applies=_GELU_EXPERTS_ONLY,
     hint="the mixture is counted as one feed-forward network (its E experts as one), or the router is in one count and not the other: "
          "the layer holds E experts of 8d² + 5d, a token uses k of them, and both counts hold the whole router",
 )
@@ -195,6 +203,7 @@ def mixture_total_minus_active(impl, case):
 
 @invariant(
     requires=("moe_n_params", "moe_active_params"),
+    applies=_GELU_EXPERTS_ONLY,
     hint="the active count leaves out the router (every token's scores use all of its d·E weights) or counts something the total "
          "does not: with k = E a token uses every parameter of the layer",
 )

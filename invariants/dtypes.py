@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_dtype, assert_value, assert_where
 from invariants.conventions import attention_biases, causal_modes, d_ff_for, declared, layer_norm_eps, returns_weights, rms_norm_eps
+from invariants.moe import moe_params_for
 from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 from strategies.activation import activation_inputs
@@ -46,7 +47,7 @@ from strategies.decoder import (
     swiglu_inputs,
 )
 from strategies.feed_forward import feed_forward_weights, hidden_states
-from strategies.moe import moe_params, moe_shapes, moe_tokens, router_logits
+from strategies.moe import moe_shapes, moe_tokens, router_logits
 from strategies.norms import gains_and_biases, norm_rows
 from strategies.params import block_params, gpt_configs, gpt_params, token_ids
 from strategies.softmax import logits, targets
@@ -274,7 +275,7 @@ def moe_keeps_dtype(impl, case):
     """moe(x, router, experts, k) has x's dtype, whichever experts the tokens are routed to."""
     shape = case.draw(moe_shapes(max_tokens=4, max_experts=3, max_d=4), "shape")
     x = case.draw(moe_tokens(shape.tokens, shape.d_model), "x")  # (N, d)
-    p = case.draw(moe_params(shape.d_model, shape.experts, d_ff=d_ff_for(impl, shape.d_model, 4)), "router, experts")
+    p = case.draw(moe_params_for(impl, shape.d_model, shape.experts, 4), "router, experts")
     assert_keeps_dtype(impl, "moe", (x, p["router"], p["experts"], shape.k))
 
 

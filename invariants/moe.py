@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import Declared, d_ff_for, declared
+from invariants.conventions import Declared, d_ff_for, declared, expert_function
 from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -306,39 +306,56 @@ def load_balancing_loss_agrees_with_reference(impl, case):
 # ---------------------------------------------------------------------------
 
 
+def moe_params_for(impl, d_model, n_experts, d_ff_default=None):
+    """moe_params impl's moe can take: experts of the declared EXPERT_FFN, FEED_FORWARD_RATIO·d wide where declared."""
+    return moe_params(d_model, n_experts, d_ff=d_ff_for(impl, d_model, d_ff_default), expert_ffn=declared(impl, "EXPERT_FFN"))
+
+
 def _moe_case(impl, case, shapes):
     """Draw (shape, x (N, d), router (d, E), experts) for moe; the experts' width is FEED_FORWARD_RATIO·d where declared, else 4·d."""
     shape = case.draw(shapes, "shape")
     x = case.draw(moe_tokens(shape.tokens, shape.d_model), "x")
-    params = case.draw(moe_params(shape.d_model, shape.experts, d_ff=d_ff_for(impl, shape.d_model)), "params")
+    params = case.draw(moe_params_for(impl, shape.d_model, shape.experts), "params")
     return shape, x, params["router"], params["experts"]
 
 
+def _expert_function_given(impl):
+    """The skip reason where impl lacks the function its experts are (feed_forward, or swiglu under EXPERT_FFN = "swiglu")."""
+    return impl.missing((expert_function(impl),))
+
+
 def _expert_outputs(impl, x, experts):
-    """(E, N, d): every expert's feed_forward on every token, computed by the implementation."""
-    return np.stack([impl.feed_forward(x, e["W1"], e["b1"], e["W2"], e["b2"]).astype(np.float64) for e in experts])
+    """(E, N, d): every expert on every token, computed by the implementation's feed_forward (swiglu under EXPERT_FFN = "swiglu")."""
+    run = getattr(impl, expert_function(impl))
+    return np.stack([run(x, *expert.values()).astype(np.float64) for expert in experts])  # the params in the protocol's order
 
 
 def _at_expert_scale(tol, impl, x, experts):
-    """tol at the size of the experts' terms, max of (|x|·|W1| + |b1|)·|W2| + |b2|.
+    """tol at the size of the experts' terms: max of (|x|·|W1| + |b1|)·|W2| + |b2|, or (|x|·|W_gate| ⊙ |x|·|W_up|)·|W_down| (|SiLU(z)| <= |z|).
 
     Rounding errors in a dot product are relative to the sum of its terms' sizes, not to its
     value, which cancellation can make tiny (a d = 1 expert's output of 3e-4 carries the
     rounding of terms of size 1).
     """
     x = np.abs(impl.as_seen(x))
-    sizes = [((x @ np.abs(e["W1"]) + np.abs(e["b1"])) @ np.abs(e["W2"]) + np.abs(e["b2"])).max() for e in impl.as_seen(experts)]
-    return tol.at_scale(float(max(sizes)))
+
+    def size(e):
+        if "W_gate" in e:
+            return ((x @ np.abs(e["W_gate"])) * (x @ np.abs(e["W_up"])) @ np.abs(e["W_down"])).max()
+        return ((x @ np.abs(e["W1"]) + np.abs(e["b1"])) @ np.abs(e["W2"]) + np.abs(e["b2"])).max()
+
+    return tol.at_scale(float(max(size(e) for e in impl.as_seen(experts))))
 
 
 @invariant(
-    requires=("moe", "feed_forward"),
+    requires=("moe",),
+    applies=_expert_function_given,
     hint="the expert outputs are not weighted by their gates (summed unweighted), or weighted by another token's or expert's gate",
 )
 def moe_dense_when_k_equals_n(impl, case):
     """With k = n, moe is the dense mixture Σ_i softmax(x·W_r)_i · expert_i(x)."""
     shape, x, router, experts = _moe_case(impl, case, moe_shapes().map(lambda s: replace(s, k=s.experts)))
-    call = f"moe(x, router, experts, k={shape.k}) with k = n vs Σ softmax(x·router)·feed_forward(x, expert)"
+    call = f"moe(x, router, experts, k={shape.k}) with k = n vs Σ softmax(x·router)·{expert_function(impl)}(x, expert)"
     probs = ref.softmax(impl.as_seen(x) @ impl.as_seen(router))  # (N, E); the scores are exact in every dtype
     expected = np.einsum("ne,end->nd", probs, _expert_outputs(impl, x, experts))  # (N, E) x (E, N, d) -> (N, d)
     out = assert_shape(impl.moe(x, router, experts, shape.k), x.shape, "moe(x, router, experts, k)", call)
@@ -346,14 +363,15 @@ def moe_dense_when_k_equals_n(impl, case):
 
 
 @invariant(
-    requires=("moe", "feed_forward"),
+    requires=("moe",),
+    applies=_expert_function_given,
     hint="the expert is looked up by its rank among the token's choices instead of its id, or its output is scaled (a top-1 gate must be exactly 1)",
 )
 def moe_top_1_is_chosen_expert(impl, case):
     """With k = 1, each token's moe output is the output of the expert with its highest router score (to rounding:
     moe runs an expert on a subset of the tokens, which may take another matmul kernel)."""
     shape, x, router, experts = _moe_case(impl, case, moe_shapes().map(lambda s: replace(s, k=1)))
-    call = "moe(x, router, experts, k=1) vs feed_forward(x, expert with the top score)"
+    call = f"moe(x, router, experts, k=1) vs {expert_function(impl)}(x, expert with the top score)"
     out = assert_shape(impl.moe(x, router, experts, 1), x.shape, "moe(x, router, experts, 1)", call).astype(np.float64)
     scores = impl.as_seen(x) @ impl.as_seen(router)  # (N, E), exact in every dtype
     outputs = _expert_outputs(impl, x, experts)  # (E, N, d)
@@ -388,14 +406,15 @@ def moe_token_permutation_equivariance(impl, case):
     requires=("moe",),
     hint=(
         "a convention differs from the reference's y = Σ_{i in top-k} g_i·E_i(x): g a softmax over the kept scores of r"
-        " = x·W_r (no bias), E_i the GELU feed-forward (one GELU form throughout: the declared GELU_FORM), ties to the lower index"
+        " = x·W_r (no bias), E_i the GELU feed-forward (one GELU form throughout: the declared GELU_FORM) or, under "
+        "EXPERT_FFN = 'swiglu', down(SiLU(x·W_gate) ⊙ x·W_up), ties to the lower index"
     ),
 )
 def moe_agrees_with_reference(impl, case):
     """moe agrees with the float64 reference (1e-10 in float64, the dtype tolerance otherwise, at the size of the
     experts' terms); without a documented tie rule, on the tokens with no tie at the top-k boundary.
 
-    The reference's experts use the declared GELU_FORM, or either form for the whole call where none is declared.
+    The reference's GELU experts use the declared GELU_FORM, or either form for the whole call where none is declared.
     """
     shape, x, router, experts = _moe_case(impl, case, moe_shapes())
     k = shape.k
@@ -404,7 +423,10 @@ def moe_agrees_with_reference(impl, case):
     compared = np.ones(len(x), dtype=bool)
     if not _follows_tie_rule(impl):
         compared = ~_boundary_tied(impl.as_seen(x) @ impl.as_seen(router), k)  # (N,)
-    answers = {form: expected[compared] for form, expected in reference_answers(impl, "moe", x, router, experts, k).items()}  # (N', d)
     tol = _at_expert_scale(agreement_tolerance(impl.dtype), impl, x, experts)
+    if expert_function(impl) == "swiglu":  # no GELU anywhere
+        assert_close(got[compared], reference_answer(impl, "moe", x, router, experts, k)[compared], "moe(x, router, experts, k)", tol, call)
+        return
+    answers = {form: expected[compared] for form, expected in reference_answers(impl, "moe", x, router, experts, k).items()}  # (N', d)
     assert_close_to_a_gelu_form(impl, got[compared], answers, "moe(x, router, experts, k)", tol, call,
                                 other_answer=lambda form: reference_answer(impl, "moe", x, router, experts, k, gelu_form=form)[compared])

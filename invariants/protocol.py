@@ -86,7 +86,8 @@ FUNCTIONS = {
             "gpt_param_count", ("vocab", "d_model", "n_layers", "max_len", "attn_bias"), "int", "exact count, tied output"
         ),
         ProtocolFunction("top_k_gates", ("router_logits", "k"), "(N, E)", "softmax over each token's k kept scores, 0 elsewhere"),
-        ProtocolFunction("moe", ("x", "router", "experts", "k"), "(N, d)", "x (N, d), router (d, E), experts [{W1, b1, W2, b2}]"),
+        ProtocolFunction("moe", ("x", "router", "experts", "k"), "(N, d)",
+                         "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])"),
         ProtocolFunction("load_balancing_loss", ("router_logits", "k"), "scalar", "Switch loss E·Σ f_i·P_i"),
         ProtocolFunction("tokens_per_expert", ("router_logits", "k"), "(E,) ints", "tokens routed to each expert"),
         ProtocolFunction("moe_n_params", ("d_model", "n_experts"), "int", "router + all experts"),

@@ -29,7 +29,7 @@ __all__ = [
     "BACKEND", "PROTOCOL_VERSION", "GELU_FORM", "ATTENTION_BIASES", "EPS", "GELU_FORMS", "ATTENTION_BIAS_NAMES",
     "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu", "gelu_erf", "gelu_of",
     "attention", "feed_forward", "transformer_block", "gpt_logits", "gpt_param_count",
-    "top_k_indices", "top_k_gates", "moe", "tokens_per_expert", "load_balancing_loss",
+    "top_k_indices", "top_k_gates", "expert", "moe", "tokens_per_expert", "load_balancing_loss",
     "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
     "build_vocab", "encode", "decode", "get_batch",
     # protocol v2: the modern decoder
@@ -176,14 +176,19 @@ def top_k_gates(router_logits, k):
     return torch.zeros_like(router_logits).scatter(-1, top, softmax(kept))
 
 
+def expert(x, params, *, gelu_form="tanh"):
+    """One expert of moe on x (..., d) -> (..., d): the GELU feed-forward network {W1, b1, W2, b2}, or the SwiGLU one {W_gate, W_up, W_down}."""
+    return swiglu(x, **params) if "W_gate" in params else feed_forward(x, **params, gelu_form=gelu_form)
+
+
 def moe(x, router, experts, k, *, gelu_form="tanh"):
     """Sparse mixture of experts: (N, d) -> (N, d), each token mixing its top-k experts' outputs."""
     gates = top_k_gates(x @ router, k)  # (N, E)
     out = torch.zeros_like(x)
-    for e, expert in enumerate(experts):
+    for e, params in enumerate(experts):
         chosen = gates[:, e] > 0  # (N,)
         if chosen.any():
-            out[chosen] += gates[chosen, e : e + 1] * feed_forward(x[chosen], **expert, gelu_form=gelu_form)
+            out[chosen] += gates[chosen, e : e + 1] * expert(x[chosen], params, gelu_form=gelu_form)
     return out
 
 

@@ -16,7 +16,7 @@ from functools import cache
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
+from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 from strategies.core import GRID, byte_arrays, cached_strategy, nearest_power_of_two, permutation_of, small_ints
 
 LOGIT_STEP = 1 / 8  # router logits are multiples of this
@@ -24,6 +24,7 @@ MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples
 TOKEN_STEP, MAX_TOKEN = 1 / 4, 1.0  # moe inputs x: multiples of 1/4 in [-1, 1]
 ROUTER_STEP, MAX_ROUTER = 1 / 8, 0.5  # router weights: multiples of 1/8 in [-1/2, 1/2]
 MAX_MOE_D = 16  # router scores x·W_r are then multiples of 1/32 no larger than 8: exact in bfloat16
+EXPERT_FFNS = ("gelu", "swiglu")  # an expert is a GELU feed-forward network with biases, or a SwiGLU one without (Mixtral's)
 
 ROW_PATTERNS = ("zero", "tied", "leaning", "confident", "spread")  # shrinks towards all-zero rows
 TIE_FREE_PATTERNS = ("spread", "leaning", "confident")
@@ -189,8 +190,11 @@ def moe_tokens(n_tokens, d_model):
 
 
 @cached_strategy
-def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0):
+def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0, expert_ffn="gelu"):
     """{"router": (d, E), "experts": [{W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)}] × E} for moe(x, router, experts, k).
+
+    expert_ffn="swiglu" draws SwiGLU experts instead, [{W_gate (d, F), W_up (d, F), W_down (F, d)}] × E,
+    without biases (Mixtral's), in the same way.
 
     The router's weights are multiples of 1/8 in [-1/2, 1/2]: with inputs from moe_tokens every
     product x·w is a multiple of 1/32 and every partial sum is at most d·1·1/2 <= 8 in size, so
@@ -207,27 +211,34 @@ def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0):
     check_float("min_scale", min_scale, positive=True)
     check_float("max_scale", max_scale, positive=True)
     check_order("min_scale", min_scale, "max_scale", max_scale)
+    check_choice("expert_ffn", expert_ffn, EXPERT_FFNS)
     most = round(MAX_ROUTER / ROUTER_STEP)  # 4 steps of 1/8
-    return _moe_params(d_model, n_experts, F, float(min_scale), float(max_scale), most)
+    return _moe_params(d_model, n_experts, F, float(min_scale), float(max_scale), most, expert_ffn)
 
 
 @cache
-def _moe_params(d, E, F, min_scale, max_scale, most):
+def _moe_params(d, E, F, min_scale, max_scale, most, expert_ffn):
     w1, w2 = nearest_power_of_two(1 / np.sqrt(d)), nearest_power_of_two(1 / np.sqrt(F))
     choices = np.unique(np.clip([1.0, min_scale, max_scale], min_scale, max_scale))  # an expert's scale: 1 (the simplest) or a bound
 
-    def build(router, zero_router, scales, W1, b1, W2, b2):
-        router = np.zeros((d, E)) if zero_router == 7 else small_ints(router, most) * ROUTER_STEP  # (d, E); all zero: every score ties
-        experts = []
-        for e in range(E):
-            scale = choices[scales[e] % len(choices)]
-            experts.append({
-                "W1": scale * GRID[W1[e]] * w1,  # (d, F)
-                "b1": 0.25 * scale * GRID[b1[e]],  # (F,)
-                "W2": scale * GRID[W2[e]] * w2,  # (F, d)
-                "b2": 0.25 * scale * GRID[b2[e]],  # (d,)
-            })
-        return {"router": router, "experts": experts}
+    def gelu_expert(scale, W1, b1, W2, b2):
+        return {
+            "W1": scale * GRID[W1] * w1,  # (d, F)
+            "b1": 0.25 * scale * GRID[b1],  # (F,)
+            "W2": scale * GRID[W2] * w2,  # (F, d)
+            "b2": 0.25 * scale * GRID[b2],  # (d,)
+        }
 
-    return st.builds(build, byte_arrays((d, E)), st.integers(0, 7), byte_arrays((E,)),
-                     byte_arrays((E, d, F)), byte_arrays((E, F)), byte_arrays((E, F, d)), byte_arrays((E, d)))
+    def swiglu_expert(scale, W_gate, W_up, W_down):
+        return {"W_gate": scale * GRID[W_gate] * w1, "W_up": scale * GRID[W_up] * w1, "W_down": scale * GRID[W_down] * w2}  # (d, F) ×2, (F, d)
+
+    def build(router, zero_router, scales, *weights):
+        router = np.zeros((d, E)) if zero_router == 7 else small_ints(router, most) * ROUTER_STEP  # (d, E); all zero: every score ties
+        expert = gelu_expert if expert_ffn == "gelu" else swiglu_expert
+        return {"router": router, "experts": [expert(choices[scales[e] % len(choices)], *(w[e] for w in weights)) for e in range(E)]}
+
+    if expert_ffn == "gelu":
+        weights = byte_arrays((E, d, F)), byte_arrays((E, F)), byte_arrays((E, F, d)), byte_arrays((E, d))  # W1, b1, W2, b2
+    else:
+        weights = byte_arrays((E, d, F)), byte_arrays((E, d, F)), byte_arrays((E, F, d))  # W_gate, W_up, W_down
+    return st.builds(build, byte_arrays((d, E)), st.integers(0, 7), byte_arrays((E,)), *weights)

@@ -84,6 +84,7 @@ BAD = [
     ("FEED_FORWARD_RATIO", True, "FEED_FORWARD_RATIO = True is not allowed: expected int"),
     ("FEED_FORWARD_RATIO", 4.0, "FEED_FORWARD_RATIO = 4.0 is not allowed: expected int"),
     ("TOP_K_TIES", "lower_index", "TOP_K_TIES = 'lower_index' is not allowed: expected 'lower' or 'any'"),
+    ("EXPERT_FFN", "silu", "EXPERT_FFN = 'silu' is not allowed: expected 'gelu' or 'swiglu'"),
 ]
 
 
@@ -349,3 +350,50 @@ def test_no_tie_rule_skips_the_tie_invariant_with_a_declared_reason():
     assert declared(impl, "TOP_K_TIES") == "any"
     assert_declared_skip("moe.top_k_gates_tie_rule", impl, "TOP_K_TIES")
     assert _status("moe.top_k_gates_agrees_with_reference", impl)[0] == "passed"
+
+
+# -- EXPERT_FFN -----------------------------------------------------------------------------------------------
+
+MOE_LAYER = ["moe.moe_dense_when_k_equals_n", "moe.moe_top_1_is_chosen_expert", "moe.moe_token_permutation_equivariance",
+             "moe.moe_agrees_with_reference", "dtypes.moe_keeps_dtype"]
+CLOSED_FORM_COUNTS = ["counts.moe_known_counts", "counts.moe_counts_by_part", "counts.mixture_total_minus_active",
+                      "counts.active_equals_total_when_all_chosen"]
+
+
+def _swiglu_moe(**members):
+    return _impl("SwiGLU experts", EXPERT_FFN="swiglu", swiglu=rt.swiglu, moe=rt.moe, **members)
+
+
+def test_swiglu_experts_are_drawn_and_compared_with_swiglu():
+    assert_passes(MOE_LAYER, _swiglu_moe())
+    status, report = _status("counts.moe_count_matches_params", _swiglu_moe(moe_n_params=lambda d, E: d * E + E * 3 * d * 4 * d))
+    assert status == "passed", report
+
+
+def test_swiglu_experts_skip_the_closed_form_counts_of_gelu_experts():
+    impl = _swiglu_moe(moe_n_params=rt.moe_n_params, moe_active_params=rt.moe_active_params)
+    for name in CLOSED_FORM_COUNTS:
+        assert_declared_skip(name, impl, "EXPERT_FFN")
+
+
+def test_swiglu_experts_need_swiglu_for_the_laws_that_run_one_expert_alone():
+    impl = _impl("SwiGLU experts, no swiglu", EXPERT_FFN="swiglu", moe=rt.moe)
+    assert "does not provide swiglu" in REGISTRY["moe.moe_top_1_is_chosen_expert"].skip_reason(impl)
+    assert _status("moe.moe_agrees_with_reference", impl)[0] == "passed"
+
+
+def test_swiglu_experts_with_the_silu_on_the_up_branch_fail():
+    def silu_on_up(x, router, experts, k):
+        swapped = [{"W_gate": e["W_up"], "W_up": e["W_gate"], "W_down": e["W_down"]} for e in experts]
+        return rt.moe(x, router, swapped, k)
+
+    status, report = _status("moe.moe_agrees_with_reference", _impl("SiLU on W_up", EXPERT_FFN="swiglu", moe=silu_on_up))
+    assert status == "failed" and "EXPERT_FFN = 'swiglu'" in report, report
+
+
+def test_declaring_swiglu_for_gelu_experts_fails_loudly():
+    def gelu_only(x, router, experts, k):
+        return rt.moe(x, router, [{"W1": e["W1"], "b1": e["b1"], "W2": e["W2"], "b2": e["b2"]} for e in experts], k)
+
+    status, report = _status("moe.moe_agrees_with_reference", _impl("GELU-only moe declared SwiGLU", EXPERT_FFN="swiglu", moe=gelu_only))
+    assert status == "error" and "KeyError: 'W1'" in report, report

@@ -46,6 +46,7 @@ BAD_ARGUMENTS = [  # (strategy, positional, keyword, text the message must conta
     (moe_params, (4, 2), dict(d_ff=0), "d_ff=0"),
     (moe_params, (4, 2), dict(min_scale=-1.0), "min_scale=-1.0"),
     (moe_params, (4, 2), dict(min_scale=2.0, max_scale=1.0), "min_scale=2.0 is larger than max_scale=1.0"),
+    (moe_params, (4, 2), dict(expert_ffn="relu"), "expert_ffn='relu' is not one of 'gelu', 'swiglu'"),
 ]
 
 
@@ -132,6 +133,9 @@ def test_moe_params_have_the_protocol_shapes(data):
     d = shape.d_model
     assert router.shape == (d, shape.experts) and len(experts) == shape.experts
     assert all(e["W1"].shape == (d, 3) and e["b1"].shape == (3,) and e["W2"].shape == (3, d) and e["b2"].shape == (d,) for e in experts)
+    swiglu = data.draw(moe_params(d, shape.experts, d_ff=3, expert_ffn="swiglu"))["experts"]
+    assert all(list(e) == ["W_gate", "W_up", "W_down"] and e["W_gate"].shape == e["W_up"].shape == (d, 3) and e["W_down"].shape == (3, d)
+               for e in swiglu)
 
 
 def test_balance_loss_below_one_occurs_in_the_generated_data():
