@@ -46,9 +46,7 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
     "torch_encoder_layer.py": 25,
     "gpt2.py": 25,
     "hooked_transformer.py": 25,
-    # Mixtral's experts are SwiGLU without biases: writing the protocol's GELU experts (with
-    # biases) into them, exactly, is a conversion of its own, not a layout the toolkit can state.
-    "mixtral.py": 40,
+    "mixtral.py": 25,
 }
 
 
