@@ -37,6 +37,7 @@ from invariants.boundary import to_numpy
 from invariants.conventions import CONVENTIONS, read_declarations
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError
+from invariants.repro import repro_source, repro_stem
 from invariants.runner import describe_value, run_invariant
 
 # -- seeds ------------------------------------------------------------------------------------
@@ -171,14 +172,17 @@ def _void(inv_result, status, reason):
     _record(inv_result, status, reason, details, inv_result.examples)
 
 
-def _record_outcome(inv_result, outcome):
-    """The runner's Outcome, as the gate words it (a skip is not a pass)."""
+def _record_outcome(inv_result, outcome, impl, source_name):
+    """The runner's Outcome, as the gate words it (a skip is not a pass); a failure keeps its repro script, to run on source_name."""
     if outcome.status == "passed":
         _record(inv_result, "passed", outcome.reason, examples=outcome.examples)
     elif outcome.status == "skipped":
         _record(inv_result, "skipped", f"did not run: {outcome.reason}; a required invariant that does not run is not a pass")
     else:
         _record(inv_result, outcome.status, outcome.reason, outcome.report, outcome.examples_to_failure or 0)
+        if outcome.calls:
+            npz = f"{repro_stem(outcome.invariant)}.npz"
+            inv_result.repro, inv_result.repro_arrays = repro_source(outcome, impl, target=source_name, npz_name=npz)
 
 
 def _evidence(items):
@@ -339,7 +343,7 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
         transport.log.current = inv.name
         outcome = run_invariant(inv, impl, settings=settings, seed=seed, shrink_limit=session.limits.shrink_examples)
         transport.log.current = None
-        _record_outcome(inv_result, outcome)
+        _record_outcome(inv_result, outcome, impl, Path(str(submission)).name)
         inv_result.seconds = round(time.monotonic() - began, 2)
         if outcome.lost:
             losses += 1

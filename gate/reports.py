@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gate import result as R
 from gate.text import neutralise, neutralise_tree
+from invariants.repro import repro_stem, save_repro
 
 FILES = {"json": "report.json", "junit": "junit.xml", "gradescope": "results.json", "markdown": "summary.md"}
 FINGERPRINTS = "fingerprints.json"  # written beside report.json: what `--merge` compares across a cohort
@@ -171,8 +172,11 @@ def to_markdown(result, *, show_hidden=False):
     if failures:
         lines += ["### What went wrong", ""]
         for inv in failures:
+            name = Path(sub["source"]).name.replace("`", "")  # inside a code span, as written (no escapes)
+            replay = [f"Replay it without the suite: `python {repro_stem(inv.name)}.py {name}` "
+                      "(beside this report; it needs numpy, and torch for a torch submission).", ""] if inv.repro else []
             lines += [f"<details><summary>{MARK[inv.status]} <code>{inv.name}</code>: {_cell(inv.statement)}</summary>", "",
-                      _fenced(inv.details), "", "</details>", ""]
+                      _fenced(inv.details), "", *replay, "</details>", ""]
     if result.evidence:
         lines += ["### Evidence for review", "", "Imports of the course's own code, uses of APIs the assignment forbids and code "
                   "that matches the reference; a person decides what they mean.", "", "| Kind | Name | Where | Detail | Found by |",
@@ -257,4 +261,7 @@ def write_reports(result, out_dir, formats=tuple(FILES), *, show_hidden=False):
         written.append(path)
     if "json" in formats and result.fingerprints:
         (out / FINGERPRINTS).write_text(json.dumps(result.fingerprints, separators=(",", ":")) + "\n", encoding="utf-8")
+    for inv in _shown(result, show_hidden)[0]:  # a hidden invariant's inputs stay hidden
+        if inv.repro:
+            written.append(save_repro(out, repro_stem(inv.name), neutralise(inv.repro), inv.repro_arrays))
     return written

@@ -44,6 +44,8 @@ class InvariantResult:
     details: str = ""  # the full failure report: statement, example, expected vs actual, hint
     examples: int = 0
     seconds: float = 0.0
+    repro: str = ""  # a failing example as a plain-python script (invariants.repro), where the example made calls
+    repro_arrays: dict | None = field(default=None, repr=False)  # its large inputs (an .npz beside it); not in report.json
 
     @property
     def passed(self):
@@ -78,6 +80,8 @@ class GradeResult:
 
     def as_dict(self):
         data = asdict(self)
+        for inv in data["invariants"]:
+            inv.pop("repro_arrays")
         return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict, "exit_code": self.exit_code,
                 **{k: v for k, v in data.items() if k not in ("verdict", "fingerprints")}}
 

@@ -64,14 +64,23 @@ def repro_source(outcome, impl, *, target=None, npz_name=None):
     return source, arrays
 
 
+def repro_stem(invariant):
+    """The file name, without suffix, of an invariant's repro script: repro_attention_causal_non_leakage."""
+    return "repro_" + re.sub(r"[^0-9A-Za-z]+", "_", invariant)
+
+
 def write_repro(outcome, impl, folder, *, target=None):
     """Write repro_<invariant>.py (and its .npz when the inputs are large) into `folder`; the script's path, or None without calls."""
     if not outcome.calls:
         return None
+    stem = repro_stem(outcome.invariant)
+    return save_repro(folder, stem, *repro_source(outcome, impl, target=target, npz_name=f"{stem}.npz"))
+
+
+def save_repro(folder, stem, source, arrays):
+    """Write `source` as <stem>.py into `folder`, and `arrays` (when not None) as <stem>.npz beside it; the script's path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    stem = "repro_" + re.sub(r"[^0-9A-Za-z]+", "_", outcome.invariant)
-    source, arrays = repro_source(outcome, impl, target=target, npz_name=f"{stem}.npz")
     if arrays is not None:
         np.savez(folder / f"{stem}.npz", **arrays)
     path = folder / f"{stem}.py"

@@ -6,10 +6,14 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import hypothesis
 import pytest
+
+from invariants.repro import repro_stem
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED_VERDICTS = {  # report folder: verdict
@@ -33,7 +37,8 @@ REPLAY = re.compile(r"@reproduce_failure\('([^']*)', b'[^']*'\)")
 
 def _recorded_hypothesis():
     """The hypothesis release the committed reports were made with (their @reproduce_failure lines name it)."""
-    found = {m.group(1) for p in (ROOT / "examples" / "reports").rglob("*") if p.is_file() for m in REPLAY.finditer(p.read_text())}
+    texts = (p.read_text() for p in (ROOT / "examples" / "reports").rglob("*") if p.is_file() and p.suffix != ".npz")
+    found = {m.group(1) for text in texts for m in REPLAY.finditer(text)}
     assert len(found) == 1, f"the committed reports name {sorted(found)}: regenerate them with one hypothesis release"
     return found.pop()
 
@@ -88,3 +93,24 @@ def test_example_verdicts():
 
     pairs = {(row["a"], row["b"]) for row in csv.DictReader((ROOT / "examples" / "reports" / "similar-pairs.csv").open())}
     assert pairs == EXPECTED_PAIRS
+
+
+@pytest.mark.parametrize("folder", ["mask_after_softmax", "unbiased_variance"])
+def test_each_visible_failure_comes_with_a_repro_script_and_no_hidden_one_does(folder):
+    report_dir = ROOT / "examples" / "reports" / folder
+    report = json.loads((report_dir / "report.json").read_text())
+    failed = [inv for inv in report["invariants"] if inv["status"] in ("failed", "error")]
+    visible = {repro_stem(inv["name"]) for inv in failed if inv["visibility"] == "visible"}
+    assert visible and all(inv["repro"] for inv in failed) and not any("repro_arrays" in inv for inv in report["invariants"])
+    assert any(inv["visibility"] != "visible" for inv in failed)  # so that the next line means something
+    assert {script.stem for script in report_dir.glob("repro_*.py")} == visible
+    assert all(f"`python {stem}.py {folder}.py`" in (report_dir / "summary.md").read_text() for stem in visible)
+
+
+def test_a_gate_repro_script_replays_the_failure_on_the_submission():
+    report_dir = ROOT / "examples" / "reports" / "mask_after_softmax"
+    submission = ROOT / "examples" / "submissions" / "mask_after_softmax.py"
+    done = subprocess.run([sys.executable, "repro_attention_causal_non_leakage.py", str(submission)], cwd=report_dir,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "call 1: attention(...)" in done.stdout and "violated: attention weights of the queries at positions" in done.stdout

@@ -1,0 +1,91 @@
+"""Counterexample to attention.agrees_with_reference, replayed without hypothesis or the suite.
+
+    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+
+attention.agrees_with_reference: attention's output and weights agree with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
+"""
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BACKEND, DTYPE = 'numpy', 'float64'
+CALLS = [  # (function, arguments, what the suite got back)
+    ('attention', [np.array([[[0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0]]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0]]], dtype='float64'), np.array([[[[0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667]]]], dtype='float64')))),
+]
+VIOLATION = 'attention weights=values out of tolerance, but should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64) [attention(x[1, 15, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True)]\n  mismatched 105 of 225 elements (46.7%); tolerance atol=1e-10 + rtol=1e-10·|expected| (float64)\n  worst at index (0, 0, 0, 0): got 0.0666666667, expected 1\n  max abs error 0.933, max rel error 0.933'
+HINT = "the scores are not scaled by 1/√d_head (unscaled, or by 1/√d_model or 1/d_head), part of attention runs in a lower precision than its inputs (scores or softmax in float16 inside: .half(), autocast), or another convention differs from GPT-2's attention (x @ W, heads as contiguous column blocks, W_o after merging)"
+
+
+def load(target):
+    """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
+    where, _, attribute = target.partition(":")
+    path = Path(where)
+    if path.suffix == ".py":
+        sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    for part in filter(None, attribute.split(".")):
+        module = getattr(module, part)
+    module = module() if isinstance(module, type) else module
+    return getattr(module, "ADAPTER", module)
+
+
+def to_backend(value):
+    if isinstance(value, dict):
+        return {k: to_backend(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_backend(v) for v in value]
+    if not isinstance(value, np.ndarray):
+        return value
+    if BACKEND == "numpy":
+        return value
+    import torch
+
+    kind = torch.int64 if value.dtype.kind in "iu" else torch.bool if value.dtype == bool else getattr(torch, DTYPE)
+    return torch.as_tensor(value).to(kind)
+
+
+def to_numpy(value):
+    if isinstance(value, (tuple, list)):
+        return tuple(to_numpy(v) for v in value)
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+    return np.asarray(value)
+
+
+def show(label, value):
+    for i, part in enumerate(value if isinstance(value, tuple) else (value,)):
+        part = np.asarray(part)
+        name = f"{label}[{i}]" if isinstance(value, tuple) else label
+        print(f"  {name}: {part.dtype} {part.shape}", np.array2string(part, precision=6, threshold=48))
+
+
+def main(argv):
+    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
+        print(f"call {number}: {name}(...)")
+        try:
+            got = to_numpy(getattr(module, name)(*to_backend(args)))
+        except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
+            print(f"  raised {type(exc).__name__}: {exc}")
+            continue
+        show("now", got)
+        if kind == "answer":
+            show("the suite saw", seen)
+        else:
+            print(f"  the suite saw an error: {seen}")
+    print()
+    print("violated:", VIOLATION)
+    print("hint:", HINT)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

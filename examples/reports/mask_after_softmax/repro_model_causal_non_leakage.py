@@ -1,0 +1,92 @@
+"""Counterexample to model.causal_non_leakage, replayed without hypothesis or the suite.
+
+    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+
+model.causal_non_leakage: Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal.
+"""
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BACKEND, DTYPE = 'numpy', 'float64'
+CALLS = [  # (function, arguments, what the suite got back)
+    ('gpt_logits', [np.array([[0, 0]], dtype='int64'), {'wte': np.array([[-1.40625, -0.734375], [0.453125, -0.171875]], dtype='float64'), 'lnf_b': np.array([0.0, 0.0], dtype='float64'), 'lnf_g': np.array([1.0, 1.0], dtype='float64'), 'wpe': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'W_q': np.array([[-0.28125, -0.015625], [-0.1953125, -0.21875]], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64'), 'W_k': np.array([[-0.1953125, 0.3984375], [0.203125, -0.640625]], dtype='float64'), 'W_v': np.array([[0.6796875, 0.1796875], [-0.28125, 0.2890625]], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'W_o': np.array([[-0.234375, 0.1328125], [-0.8515625, -0.15625]], dtype='float64')}]}, 2], ('answer', np.array([[[0.6718277904301707, -0.6249560841210886], [0.6717889329877379, -0.6249199376630126]]], dtype='float64'))),
+    ('gpt_logits', [np.array([[0, 1]], dtype='int64'), {'wte': np.array([[-1.40625, -0.734375], [0.453125, -0.171875]], dtype='float64'), 'lnf_b': np.array([0.0, 0.0], dtype='float64'), 'lnf_g': np.array([1.0, 1.0], dtype='float64'), 'wpe': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'W_q': np.array([[-0.28125, -0.015625], [-0.1953125, -0.21875]], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64'), 'W_k': np.array([[-0.1953125, 0.3984375], [0.203125, -0.640625]], dtype='float64'), 'W_v': np.array([[0.6796875, 0.1796875], [-0.28125, 0.2890625]], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'W_o': np.array([[-0.234375, 0.1328125], [-0.8515625, -0.15625]], dtype='float64')}]}, 2], ('answer', np.array([[[0.6718281195820042, -0.624956390308841], [-0.6718410106558264, 0.6249683820054198]]], dtype='float64'))),
+]
+VIOLATION = 'logits at positions < 1=different values, but should be exactly equal (bitwise, == per element) [gpt_logits(ids[1, 2], params, n_heads=2) with ids[:, 1:] changed]\n  mismatched 2 of 2 elements (100.0%); exact equality required\n  worst at index (0, 0, 0): got 0.67182812, expected 0.67182779\n  max abs error 3.29e-07, max rel error 4.9e-07'
+HINT = "the blocks run without the causal mask (causal=False passed, or the mask built for the wrong positions or only up to some length: a buffer for a fixed block size, a kernel masking only within its tiles, see the length in the call): a token's logits may not see the tokens after it"
+
+
+def load(target):
+    """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
+    where, _, attribute = target.partition(":")
+    path = Path(where)
+    if path.suffix == ".py":
+        sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    for part in filter(None, attribute.split(".")):
+        module = getattr(module, part)
+    module = module() if isinstance(module, type) else module
+    return getattr(module, "ADAPTER", module)
+
+
+def to_backend(value):
+    if isinstance(value, dict):
+        return {k: to_backend(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_backend(v) for v in value]
+    if not isinstance(value, np.ndarray):
+        return value
+    if BACKEND == "numpy":
+        return value
+    import torch
+
+    kind = torch.int64 if value.dtype.kind in "iu" else torch.bool if value.dtype == bool else getattr(torch, DTYPE)
+    return torch.as_tensor(value).to(kind)
+
+
+def to_numpy(value):
+    if isinstance(value, (tuple, list)):
+        return tuple(to_numpy(v) for v in value)
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+    return np.asarray(value)
+
+
+def show(label, value):
+    for i, part in enumerate(value if isinstance(value, tuple) else (value,)):
+        part = np.asarray(part)
+        name = f"{label}[{i}]" if isinstance(value, tuple) else label
+        print(f"  {name}: {part.dtype} {part.shape}", np.array2string(part, precision=6, threshold=48))
+
+
+def main(argv):
+    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
+        print(f"call {number}: {name}(...)")
+        try:
+            got = to_numpy(getattr(module, name)(*to_backend(args)))
+        except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
+            print(f"  raised {type(exc).__name__}: {exc}")
+            continue
+        show("now", got)
+        if kind == "answer":
+            show("the suite saw", seen)
+        else:
+            print(f"  the suite saw an error: {seen}")
+    print()
+    print("violated:", VIOLATION)
+    print("hint:", HINT)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
