@@ -102,6 +102,7 @@ from pathlib import Path
 
 import numpy as np
 
+nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = {backend!r}, {dtype!r}
 {load}CALLS = [  # (function, arguments, what the suite got back)
     {calls},

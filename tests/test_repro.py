@@ -62,3 +62,19 @@ def test_a_passing_invariant_has_no_repro(tmp_path):
     impl = load_implementation("reference.numpy")
     outcome = run_invariant(REGISTRY["attention.causal_non_leakage"], impl, settings=profile_settings("ci"))
     assert outcome.passed and write_repro(outcome, impl, tmp_path) is None
+
+
+def test_a_repro_whose_answers_are_not_finite_still_runs(tmp_path):
+    def nan_norm(x, gain, bias, eps):
+        return x * float("nan")  # NaN in every answer: the script must write and read it back
+
+    from invariants import Implementation
+
+    impl = Implementation.from_functions(backend="numpy", label="NaN layer_norm", layer_norm=nan_norm)
+    outcome = run_invariant(REGISTRY["norms.layer_norm_known_values"], impl, settings=profile_settings("ci"))
+    assert outcome.status == "failed" and outcome.calls
+    module = tmp_path / "nan_norm.py"
+    module.write_text("def layer_norm(x, gain, bias, eps):\n    return x * float('nan')\n")
+    done = _run_script(write_repro(outcome, impl, tmp_path), module)
+    assert done.returncode == 0, done.stderr
+    assert "nan" in done.stdout and "violated:" in done.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
 CALLS = [  # (function, arguments, what the suite got back)
     ('attention', [np.array([[[0.484375], [0.78125]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.4641121127855538, 0.0], [0.44227513691397585, 0.5577248630860242]]]], dtype='float64')))),

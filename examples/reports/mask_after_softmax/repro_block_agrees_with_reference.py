@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
 CALLS = [  # (function, arguments, what the suite got back)
     ('transformer_block', [np.array([[[0.703125, 1.0], [1.109375, 1.359375]]], dtype='float64'), {'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W_v': np.array([[-0.0234375, 0.3125], [0.03125, -0.421875]], dtype='float64'), 'W_q': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'W_o': np.array([[0.2578125, -0.3984375], [-0.15625, 0.9765625]], dtype='float64'), 'W_k': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64')}, 2, True], ('answer', np.array([[[0.7675329932825884, 0.6306074966024171], [1.2381849953601263, 0.620624353943605]]], dtype='float64'))),
