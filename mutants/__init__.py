@@ -35,6 +35,12 @@ class Mutant:
     replaces: str  # the protocol (or helper) function swapped in the reference copy
     function: Callable = field(repr=False)
     dtype: str = "float64"  # the dtype its bug shows in (a numpy float64 scalar promotes float32 only)
+    also_named_by: tuple = ()  # other invariants whose hints name this bug in so many words (and which fail on it)
+
+    @property
+    def named_by(self):
+        """Every invariant whose hint names this bug: a diagnosis naming one of them names the bug."""
+        return (self.killed_by, *self.also_named_by)
 
     def namespace(self):
         """A fresh copy of the reference module with the broken function swapped in."""
@@ -52,14 +58,14 @@ class Mutant:
         return Implementation(self.namespace(), label=f"mutant {self.name}", backend=self.backend, device=device, dtype=dtype or self.dtype)
 
 
-def mutant(*, replaces, killed_by, bug, backend="numpy", dtype="float64"):
+def mutant(*, replaces, killed_by, bug, backend="numpy", dtype="float64", also_named_by=()):
     """Register the decorated function as a broken replacement for the reference function `replaces`."""
 
     def register(function):
         name = f"{function.__module__.rsplit('.', 1)[-1]}.{function.__name__}"
         if name in MUTANTS:
             raise ValueError(f"mutant {name} is registered twice")
-        MUTANTS[name] = Mutant(name, bug, killed_by, backend, replaces, function, dtype)
+        MUTANTS[name] = Mutant(name, bug, killed_by, backend, replaces, function, dtype, tuple(also_named_by))
         return function
 
     return register

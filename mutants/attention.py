@@ -53,6 +53,7 @@ def _masked_softmax(scores, causal, future):
 @mutant(
     replaces="attention",
     killed_by="attention.causal_non_leakage",
+    also_named_by=("attention.causal_weights_pattern", "attention.weights_are_distributions"),  # "zeroes the weights after the softmax"
     bug="mask applied after the softmax (future weights zeroed, the denominator keeps them)",
 )
 def mask_after_softmax(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
@@ -111,7 +112,8 @@ def causal_flag_ignored(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     return _finish(weights, v, W_o, biases)
 
 
-@mutant(replaces="attention", killed_by="attention.agrees_with_reference", bug="no 1/√d_head scale on the scores")
+@mutant(replaces="attention", killed_by="attention.agrees_with_reference", bug="no 1/√d_head scale on the scores",
+        also_named_by=("attention.multi_head_is_sum_of_heads",))  # its hint: "or the scores are not scaled by 1/√d_h"
 def unscaled_scores(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
     scores = q @ k.transpose(0, 1, 3, 2)  # BUG: not divided by √D
@@ -119,7 +121,8 @@ def unscaled_scores(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     return _finish(weights, v, W_o, biases)
 
 
-@mutant(replaces="attention", killed_by="attention.agrees_with_reference", bug="scores scaled by 1/√d_model instead of 1/√d_head")
+@mutant(replaces="attention", killed_by="attention.agrees_with_reference", bug="scores scaled by 1/√d_model instead of 1/√d_head",
+        also_named_by=("attention.multi_head_is_sum_of_heads",))
 def scaled_by_d_model(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
     scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(x.shape[-1])  # BUG: √d, not √D

@@ -9,12 +9,14 @@ def _count(vocab, d, n_layers, max_len, attn_bias, *, positions=True, final_norm
     return vocab * d + (max_len * d if positions else 0) + n_layers * per_block + (2 * d if final_norm else 0) + head
 
 
-@mutant(replaces="gpt_param_count", killed_by="counts.gpt2_exact_counts", bug="the attention biases are not counted")
+@mutant(replaces="gpt_param_count", killed_by="counts.gpt2_exact_counts", bug="the attention biases are not counted",
+        also_named_by=("counts.count_matches_params_tree",))  # its hint: "(9d without attention biases)"
 def no_attention_biases_count(vocab, d_model, n_layers, max_len, attn_bias=True):
     return _count(vocab, d_model, n_layers, max_len, attn_bias, biases=False)
 
 
-@mutant(replaces="gpt_param_count", killed_by="counts.gpt2_exact_counts", bug="the position table is not counted")
+@mutant(replaces="gpt_param_count", killed_by="counts.gpt2_exact_counts", bug="the position table is not counted",
+        also_named_by=("counts.count_matches_params_tree",))  # its hint: "wpe max_len·d"
 def no_positions_count(vocab, d_model, n_layers, max_len, attn_bias=True):
     return _count(vocab, d_model, n_layers, max_len, attn_bias, positions=False)
 

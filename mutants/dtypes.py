@@ -24,7 +24,7 @@ def float64_eps_layer_norm(x, gain, bias, eps=1e-5):
     return centred / np.sqrt(var + eps) * gain + bias
 
 
-@mutant(dtype="float32", replaces="gelu", killed_by="dtypes.gelu_keeps_dtype",
+@mutant(dtype="float32", replaces="gelu", killed_by="dtypes.gelu_keeps_dtype", also_named_by=("dtypes.feed_forward_keeps_dtype",),
               bug="GELU's constant written np.sqrt(2 / np.pi), a numpy float64 scalar: float32 inputs give float64 answers")
 def np_sqrt_gelu(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))

@@ -70,6 +70,7 @@ class Row:
     held: list = field(default_factory=list)  # with whole=True: every invariant that ran (or was pruned) and held
     course_failure: str | None = None  # the first course check that failed
     course_seconds: float = 0.0
+    named_by: tuple = ()  # killed_by and the other invariants whose hints name the bug (Mutant.named_by)
 
     @property
     def killed(self):
@@ -155,7 +156,7 @@ def examine(mutant, invariants, checks, *, profile="ci", prune=True, whole=False
 def _examine(mutant, invariants, checks, profile, prune, whole):
     settings = _settings(profile)
     impl = mutant.implementation()
-    row = Row(mutant.name, mutant.bug, mutant.killed_by)
+    row = Row(mutant.name, mutant.bug, mutant.killed_by, named_by=mutant.named_by)
     start = time.perf_counter()
     for inv in invariants:
         if inv.skip_reason(impl):
@@ -249,8 +250,9 @@ def _rate(killed, total):
 
 
 def signatures_of(rows):
-    """{mutant: {"bug", "killed_by", "failing", "held"}}: what invariants.diagnosis learns from (whole runs only)."""
-    return {r.mutant: {"bug": r.bug, "killed_by": r.killed_by, "failing": r.failing, "held": r.held} for r in rows}
+    """{mutant: {"bug", "killed_by", "named_by", "failing", "held"}}: what invariants.diagnosis learns from (whole runs only)."""
+    return {r.mutant: {"bug": r.bug, "killed_by": r.killed_by, "named_by": list(r.named_by or (r.killed_by,)), "failing": r.failing,
+                       "held": r.held} for r in rows}
 
 
 def summarise(rows, *, wall_seconds=None, whole=False):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from invariants.diagnosis import diagnose, leave_one_out_accuracy, load_signatures, non_finite_first, root_failures
-from invariants.registry import REGISTRY, all_invariants
+from invariants.diagnosis import DEPENDS, diagnose, leave_one_out_accuracy, load_signatures, named_by, non_finite_first, root_failures
+from invariants.registry import COMPONENTS, REGISTRY, all_invariants
 
 all_invariants()
 SIGNATURES = load_signatures()
@@ -16,7 +16,16 @@ def test_the_shipped_signatures_name_zoo_mutants_and_registered_invariants():
     assert set(SIGNATURES) <= {m.name for m in all_mutants()}, "a signature names a mutant the zoo no longer has: regenerate them"
     for name, signature in SIGNATURES.items():
         assert set(signature["failing"]) <= set(REGISTRY) and set(signature["held"]) <= set(REGISTRY), name
-        assert signature["killed_by"] in signature["failing"], f"{name}: its named invariant does not fail it"
+        assert signature["killed_by"] in named_by(signature) <= set(signature["failing"]), f"{name}: an invariant that names it does not fail it"
+
+
+def test_every_component_says_which_components_it_builds_on():
+    assert set(DEPENDS) == set(COMPONENTS) and all(set(below) <= set(COMPONENTS) for below in DEPENDS.values())
+
+
+def test_a_failing_rms_norm_is_the_root_of_the_llama_and_decoding_failures_above_it():
+    failed = {"norms.rms_norm_scale_law", "llama.block_agrees_with_reference", "decoding.decode_matches_full_forward"}
+    assert failed <= set(REGISTRY) and root_failures(failed) == {"norms.rms_norm_scale_law"}
 
 
 def test_a_failing_norm_is_the_root_of_the_block_and_model_failures_above_it():

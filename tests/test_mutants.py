@@ -26,3 +26,14 @@ def test_zoo_covers_every_component():
     zoo_components = {m.killed_by.split(".")[0] for m in MUTANTS}
     invariant_components = {inv.component for inv in REGISTRY.values()}
     assert invariant_components <= zoo_components, f"no mutant is killed in {sorted(invariant_components - zoo_components)}"
+
+
+ALSO_NAMED = [(m, name) for m in MUTANTS for name in m.also_named_by]
+
+
+@pytest.mark.parametrize(("mutant", "name"), ALSO_NAMED, ids=[f"{m.name}-{n}" for m, n in ALSO_NAMED])
+def test_an_invariant_that_also_names_a_bug_kills_it(mutant, name):
+    """also_named_by widens what counts as naming the bug (for the diagnosis): each such invariant is another, and it fails too."""
+    assert name in REGISTRY and name != mutant.killed_by, name
+    outcome = run_invariant(REGISTRY[name], mutant.implementation(), settings=CI)
+    assert outcome.status in ("failed", "error") and not outcome.check_crashed, f"{mutant.name} survived {name}: {outcome.reason}"
