@@ -66,16 +66,15 @@ def main(argv=None):
     runs = [tuple(r.split(":")) for r in args.only] if args.only else RUNS
     print(f"every invariant on each adapter, {args.examples:,d} examples per invariant (fresh randomness)")
     print(f"{'adapter':30} {'dtype':8} {'ran':>4} {'skipped':>7} {'failed':>6} {'examples':>10} {'minutes':>8} {'examples/s':>10}")
-    with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda run: (run, soak(*run, args.examples)), runs))
     problems = []
-    for (target, dtype), outcomes in results:
-        ran = [o for o in outcomes if o["status"] != "skipped"]
-        bad = [o for o in ran if o["status"] != "passed"]
-        examples, seconds = sum(o["examples"] for o in ran), sum(o["seconds"] for o in ran)
-        print(f"{target:30} {dtype:8} {len(ran):4d} {len(outcomes) - len(ran):7d} {len(bad):6d} {examples:10,d} {seconds / 60:8.1f} "
-              f"{examples / max(seconds, 1e-9):10.0f}")
-        problems += [(target, dtype, o) for o in bad]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for (target, dtype), outcomes in pool.map(lambda run: (run, soak(*run, args.examples)), runs):  # in order, as they finish
+            ran = [o for o in outcomes if o["status"] != "skipped"]
+            bad = [o for o in ran if o["status"] != "passed"]
+            examples, seconds = sum(o["examples"] for o in ran), sum(o["seconds"] for o in ran)
+            print(f"{target:30} {dtype:8} {len(ran):4d} {len(outcomes) - len(ran):7d} {len(bad):6d} {examples:10,d} {seconds / 60:8.1f} "
+                  f"{examples / max(seconds, 1e-9):10.0f}", flush=True)
+            problems += [(target, dtype, o) for o in bad]
     for target, dtype, o in problems:
         print(f"\n--- {target} ({dtype}) {o['invariant']}: {o['status']}\n{o['report']}")
 
