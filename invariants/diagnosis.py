@@ -9,7 +9,8 @@ candidate is a failing invariant, standing for the bug its hint names. Root caus
 a candidate's component must not depend on another failing component (a failing layer_norm
 explains the block and model failures above it, not the other way round). Among the roots, the
 candidates are ranked by how likely the other failures are when that bug is present
-(naive Bayes over the signatures of the mutants that name it, or else of those that fail it),
+(naive Bayes over the signatures of the mutants that name it, or else of those that fail it,
+each rate smoothed towards the whole zoo's, so a bug no mutant shows yet costs nothing),
 times how specific the candidate is (an invariant that fails for half the zoo says little); a
 comparison with the reference comes after the failing laws of its component, since it fails for
 nearly every bug there and its hint can only list conventions.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -34,9 +36,10 @@ DEPENDS = {  # component -> the components whose functions it calls (the referen
     "decoding": ("llama",), "cross_attention": ("norms", "attention", "feed_forward"),
     "counts": (), "course": (), "dtypes": (),  # closed forms and the course's helpers; a dtype leak is its own root
 }
-SMOOTHING = 0.1  # pseudo-count of each co-failure frequency
-SPECIFICITY = 2.0  # weight of -log(share of the zoo that fails the candidate)
-GENERIC = 4.0  # what a comparison with the reference gives up to a failing law of its own component: it fails for most bugs and names none
+SMOOTHING = 0.1  # pseudo-count of each co-failure frequency, drawn towards that failure's rate in the whole zoo
+RAREST = 1e-3  # the rate assumed for a failure no mutant of the zoo shows
+SPECIFICITY = 3.0  # weight of -log(share of the zoo that fails the candidate)
+GENERIC = 2.0  # what a comparison with the reference gives up to a failing law of its own component: it fails for most bugs and names none
 NON_FINITE = ", but should be finite"  # the assertion grammar's phrase for NaN and inf (invariants.asserts.assert_finite)
 
 
@@ -97,13 +100,16 @@ def diagnose(failed, held, signatures=None, *, exclude=()):
     failed, held = set(failed), set(held)
     signatures = load_signatures() if signatures is None else signatures
     zoo = {name: (named_by(s), set(s["failing"]), s["bug"]) for name, s in signatures.items() if name not in exclude}
+    rate = Counter(j for _, fails, _ in zoo.values() for j in fails)  # how many of the zoo's mutants fail each invariant
     ranked = []
     for candidate in root_failures(failed):
         named = [fails for names, fails, _ in zoo.values() if candidate in names]
         like = named or [fails for _, fails, _ in zoo.values() if candidate in fails]  # mutants that show this bug
         others = failed - {candidate}
-        log_likelihood = sum(math.log((sum(j in f for f in like) + SMOOTHING) / (len(like) + 2 * SMOOTHING)) for j in others)
-        share = (sum(candidate in fails for _, fails, _ in zoo.values()) + 1) / (len(zoo) + 2)
+        # P(j fails | this bug), an m-estimate: with no mutant to learn from, the zoo's base rate of j (no evidence either way)
+        base = {j: max(rate[j] / max(len(zoo), 1), RAREST) for j in others}
+        log_likelihood = sum(math.log((sum(j in f for f in like) + SMOOTHING * base[j]) / (len(like) + SMOOTHING)) for j in others)
+        share = (rate[candidate] + 1) / (len(zoo) + 2)
         explained = tuple(sorted(j for j in others if like and sum(j in f for f in like) * 2 >= len(like)))
         score = log_likelihood - SPECIFICITY * math.log(share) - GENERIC * _compares_with_reference(candidate)
         ranked.append(Diagnosis(candidate, score, explained, ()))

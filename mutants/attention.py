@@ -247,6 +247,7 @@ def mask_buffer_for_64_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **bia
 @mutant(
     replaces="attention",
     killed_by="attention.causal_weights_pattern",
+    also_named_by=("attention.causal_non_leakage",),  # "a kernel that masks only within its tiles of 16 to 128"
     bug="a kernel tiled by 16 masks only within its diagonal tiles: the tiles right of the diagonal are seen (T > 16)",
 )
 def tiles_of_16_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
@@ -282,6 +283,7 @@ def additive_mask_of_minus_1e4(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **bi
 @mutant(
     replaces="attention",
     killed_by="attention.causal_weights_pattern",
+    also_named_by=("attention.causal_non_leakage",),  # "a finite value instead of -inf (an additive mask of -1e4 ...)"
     bug="the future filled with -1e4 (HF GPT-2's masked_bias, torch.where(mask, w, -1e4)) instead of -inf: weights above the "
     "diagonal once a query's visible scores are near -1e4",
 )

@@ -77,6 +77,7 @@ def parallel_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS
 @mutant(
     replaces="attention",
     killed_by="block.causal_non_leakage",
+    also_named_by=("attention.causal_non_leakage",),  # "a mask buffer built for a block size of 64" (it is the attention's mask)
     bug="the block's attention masks with a buffer built for a block size of 32 and sliced: nothing masked past 32 tokens",
 )
 def block_mask_buffer_for_32_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):

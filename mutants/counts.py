@@ -21,7 +21,8 @@ def no_positions_count(vocab, d_model, n_layers, max_len, attn_bias=True):
     return _count(vocab, d_model, n_layers, max_len, attn_bias, positions=False)
 
 
-@mutant(replaces="gpt_param_count", killed_by="counts.count_matches_params_tree", bug="the final LayerNorm is not counted")
+@mutant(replaces="gpt_param_count", killed_by="counts.count_matches_params_tree", bug="the final LayerNorm is not counted",
+        also_named_by=("counts.gpt2_exact_counts",))  # "the final LayerNorm (2d)"
 def no_final_norm_count(vocab, d_model, n_layers, max_len, attn_bias=True):
     return _count(vocab, d_model, n_layers, max_len, attn_bias, final_norm=False)
 

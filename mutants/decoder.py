@@ -97,12 +97,14 @@ def angles_in_bfloat16(x, positions, base=ROPE_BASE, *, pairing="half_split"):
 
 
 @mutant(replaces="repeat_kv", killed_by="gqa.repeated_kv_heads",
+        also_named_by=("gqa.head_groups",),  # "a query head reads another kv head than h // (H / H_kv)"
         bug="kv heads tiled [kv0, kv1, kv0, kv1] instead of repeat-interleaved (onnx/onnx#7274)")
 def tiled_kv_heads(k, group):
     return np.tile(k, (1, group, 1, 1))  # BUG: np.tile, torch's .repeat
 
 
 @mutant(replaces="gqa_attention", killed_by="gqa.head_groups",
+        also_named_by=("gqa.repeated_kv_heads",),  # "tiled [kv0, kv1, kv0, kv1] ... instead of repeat-interleaved"
         bug="keys repeat-interleaved but values tiled: query head h reads another kv head's values")
 def values_tiled_keys_repeated(q, k, v, causal=True, key_mask=None, window=None, *, fully_masked="zeros"):
     group = q.shape[1] // k.shape[1]
@@ -195,6 +197,7 @@ def summed_finfo_min_masks(q, k, v, causal=True, key_mask=None, window=None, *, 
 
 
 @mutant(replaces="gqa_attention", killed_by="masking.masks_compose_in_low_precision", dtype="float16",
+        also_named_by=("masking.fully_masked_rows",),  # "or a finite sentinel (-1e9, finfo.min)"
         bug="masks filled with a -1e9 sentinel, which is -inf in float16 (google/flax#982)")
 def minus_1e9_sentinel(q, k, v, causal=True, key_mask=None, window=None, *, fully_masked="zeros"):
     return _additive_gqa(q, k, v, causal, key_mask, window, lambda dtype: np.asarray(-1e9).astype(dtype))  # BUG: -inf in float16
@@ -257,7 +260,8 @@ def _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, ca
     return merge_heads(heads) @ p["W_o"], (k, v)
 
 
-@mutant(replaces="llama_attention", killed_by="llama.causal_non_leakage", bug="the block's attention called without the causal mask")
+@mutant(replaces="llama_attention", killed_by="llama.causal_non_leakage", bug="the block's attention called without the causal mask",
+        also_named_by=("llama.model_causal_non_leakage",))  # "a block is not causal"
 def llama_attention_not_causal(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
     return _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, causal=False)  # BUG
 
@@ -278,6 +282,7 @@ def layer_norm_for_rms_norm(x, params, n_heads, n_kv_heads, rope_base, window, p
 
 
 @mutant(replaces="rms_norm", killed_by="llama.model_causal_non_leakage",
+        also_named_by=("llama.causal_non_leakage",),  # "a norm over the sequence axis"
         bug="RMSNorm over the whole sequence (the token and feature axes) instead of per token")
 def rms_norm_over_the_sequence(x, gain, eps=EPS):
     mean_square = (x * x).mean(axis=(-2, -1), keepdims=True) if x.ndim >= 3 else (x * x).mean(axis=-1, keepdims=True)  # BUG: axis -2 too

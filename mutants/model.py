@@ -55,6 +55,7 @@ def unmasked_gpt(ids, params, n_heads):
 @mutant(
     replaces="attention",
     killed_by="model.causal_non_leakage",
+    also_named_by=("attention.causal_non_leakage",),  # "a mask buffer built for a block size of 64"
     bug="the model's attention masks with a buffer built for a block size of 64 (nanoGPT's bias[:, :, :T, :T] padded past it): "
     "right up to 64 tokens, nothing masked beyond",
 )
