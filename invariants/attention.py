@@ -243,7 +243,8 @@ def _gradients_across(impl, inputs, cotangents, boundaries):
     hint="the mask also hides the diagonal (triu with k=0: the first token sees nothing and its row is 0/0 = NaN), "
     "fills the future with a finite value too small to zero it (-1e4, GPT-2's masked_bias, once scores reach 1e4), "
     "is right only up to some length (a mask built per tile of 16 to 128 that leaves the tiles beyond the diagonal "
-    "unmasked, a buffer for a fixed block size), or zeroes the weights after the softmax (the first row is then not 1)",
+    "unmasked, a buffer for a fixed block size, a longer mask sliced as if earlier tokens were cached), is off by one (triu "
+    "with k=2: each token also sees the next), or zeroes the weights after the softmax (the first row is then not 1)",
     applies=_NO_WEIGHTS,
 )
 def causal_weights_pattern(impl, case):

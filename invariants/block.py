@@ -128,7 +128,8 @@ def feed_forward_sublayer_alone(impl, case):
 @invariant(
     requires=("transformer_block", "attention", "layer_norm"),
     hint="the attention sublayer reads the un-normalised stream (x + attn(x)) or the wrong norm (ln2's params), "
-         "or its output is not added to the stream: with the feed-forward silenced the block is x + attn(LN1(x))",
+         "or its output is not added to the stream, or it runs without the causal mask: with the feed-forward silenced the "
+         "block is x + attn(LN1(x), causal)",
 )
 def attention_sublayer_alone(impl, case):
     """With the feed-forward silenced (W2 = 0, b2 = 0), the block returns x + attention(layer_norm(x; ln1_g, ln1_b))."""

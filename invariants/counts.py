@@ -150,7 +150,7 @@ def moe_known_counts(impl, case):
     requires=("moe_n_params", "moe_active_params"),
     applies=_GELU_EXPERTS_ONLY,
     hint="the MoE count is not router + experts: a (d, E) router and E feed-forward networks of 8d² + 5d each, "
-         "of which a token uses k",
+         "of which a token uses k (an active count of every expert is the total)",
 )
 def moe_counts_by_part(impl, case):
     """moe_n_params(d, E) = d·E + E·(8d² + 5d) and moe_active_params(d, E, k) = d·E + k·(8d² + 5d)."""
@@ -171,7 +171,7 @@ def _expert_size(d):
 @invariant(
     requires=("moe_n_params",),
     hint="the count leaves out or double-counts part of the layer the suite builds: the (d, E) router, or one of the E experts "
-         "(W1 (d, 4d), b1 (4d,), W2 (4d, d), b2 (d,) each)",
+         "(W1 (d, 4d), b1 (4d,), W2 (4d, d), b2 (d,) each), or the E experts counted as one network",
 )
 def moe_count_matches_params(impl, case):
     """moe_n_params(d, E) equals the total size of the router and the E experts the suite feeds moe."""

@@ -58,7 +58,7 @@ def decode_matches_full_forward(impl, case):
     requires=("llama_decode",),
     hint="the cache holds more than the keys and values of the tokens seen: keys repeated for every query head before caching "
     "(H / H_kv times the size: the point of GQA lost), the whole cache appended again each step, or the queries cached too; "
-    "or it holds fewer than a window needs",
+    "or it holds fewer than a window needs, or than the tokens seen (the cache replaced by each chunk instead of extended)",
 )
 def cache_size_law(impl, case):
     """After t tokens the cache holds 2·L·B·H_kv·D·t values; with a window w, at most that and at least 2·L·B·H_kv·D·min(t, w - 1)

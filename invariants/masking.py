@@ -148,7 +148,8 @@ def _check_fully_masked_rows(impl, inputs, out, weights, call):
     requires=("gqa_attention",),
     hint="a query whose keys are all hidden computes a softmax over nothing: exp(-inf)/Σexp(-inf) = 0/0 = NaN (guard the rows "
     "with no visible key, as SDPA does since pytorch/pytorch#103749), or a finite sentinel (-1e9, finfo.min) gives it uniform "
-    "weights while FULLY_MASKED_ROWS says 'zeros' (declare 'uniform' if that is intended)",
+    "weights while FULLY_MASKED_ROWS says 'zeros' (declare 'uniform' if that is intended), or two additive finfo.min masks "
+    "summed to -inf",
 )
 def fully_masked_rows(impl, case):
     """A query that sees no key (its visible keys all padded) gets finite values: zero output and weights by default, or the

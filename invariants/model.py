@@ -105,7 +105,8 @@ def causal_non_leakage(impl, case):
 
 @invariant(
     requires=("gpt_logits",),
-    hint="the logits of a position depend on the sequence's length: the position table is indexed from the end, "
+    hint="the logits of a position depend on the sequence's length: the blocks run without the causal mask (a prefix "
+         "then misses the later tokens its positions saw), the position table is indexed from the end, "
          "or the mask is built for another length, or is right only up to some length (a buffer for a fixed block "
          "size, a kernel masking only within its tiles)",
 )
@@ -147,8 +148,8 @@ def tied_output(impl, case):
 
 @invariant(
     requires=("gpt_logits",),
-    hint="the final LayerNorm (lnf_g, lnf_b) is skipped, or its gain or bias is not used: "
-         "the head must read LN_f(h), so lnf_g = 0 leaves only lnf_b",
+    hint="the final LayerNorm (lnf_g, lnf_b) is skipped, or its gain or bias is not used, or the head is not wteᵀ (an untied "
+         "head): the head must read LN_f(h), so lnf_g = 0 leaves only lnf_b·wteᵀ",
 )
 def final_norm(impl, case):
     """With lnf_g = 0 the final norm outputs lnf_b at every position, so every position's logits are lnf_b·wteᵀ."""

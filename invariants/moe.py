@@ -169,7 +169,8 @@ def top_k_gates_relabel_experts(impl, case):
 
 @invariant(
     requires=("top_k_gates",),
-    hint="the seed's example r = (2.0, 1.0, 0.5, -1.0), k = 2 gives (0.731, 0.269, 0, 0): a softmax over the two kept scores only",
+    hint="the seed's example r = (2.0, 1.0, 0.5, -1.0), k = 2 gives (0.731, 0.269, 0, 0): a softmax over the two kept scores only "
+    "(an ascending sort keeps the two smallest; dropped experts masked with 0 before a softmax over all four keep gates)",
 )
 def top_k_gates_known_values(impl, case):
     """top_k_gates((2.0, 1.0, 0.5, -1.0), k=2) = (0.731, 0.269, 0, 0): e²/(e² + e¹) and its complement."""

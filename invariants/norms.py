@@ -154,7 +154,8 @@ def layer_norm_rows_independent(impl, case):
 
 @invariant(
     requires=("layer_norm",),
-    hint="unbiased variance (d - 1) gives (-1.162, -0.387, 0.387, 1.162); the population variance (d) gives (-1.342, -0.447, 0.447, 1.342)",
+    hint="unbiased variance (d - 1) gives (-1.162, -0.387, 0.387, 1.162); the population variance (d) gives (-1.342, -0.447, 0.447, 1.342); "
+    "eps added outside the square root, or statistics pooled over more than the row, give neither",
 )
 def layer_norm_known_values(impl, case):
     """layer_norm(1, 2, 3, 4) = (-1.342, -0.447, 0.447, 1.342): the population variance, eps = 1e-5.

@@ -119,7 +119,7 @@ def relative_offsets(impl, case):
     requires=("rope",),
     hint="it is not a rotation of pairs: cos without the partner's sin term (x·cos alone shrinks the vector), sin applied to "
     "the wrong partner (frequencies for one pairing, rotation in the other), a sign slip that turns the rotation into a "
-    "reflection-and-scale, or the pairs of neither declared pairing",
+    "reflection-and-scale, or pairs other than the declared pairing's (interleaved while ROPE_PAIRING says half-split, or neither)",
 )
 def preserves_pair_norms(impl, case):
     """Each rotated pair keeps its norm: |(x'_a, x'_b)| = |(x_a, x_b)| for every pair (a, b) of the pairing, to rounding."""
@@ -160,7 +160,8 @@ def position_zero_is_identity(impl, case):
     requires=("rope",),
     hint="the pairing is not the declared one (half-split pairs (i, i + D/2), interleaved pairs (2i, 2i + 1): a checkpoint "
     "converted for one is wrong in the other), or the frequencies are wrong (θ_i = base^(-i/D), base^(-2i/(D - 2)), or the "
-    "base ignored), or the rotation runs clockwise (x·cos + partner·sin for the first coordinate)",
+    "base ignored), or the rotation runs clockwise (x·cos + partner·sin for the first coordinate), or the angle p·θ is rounded "
+    "to bfloat16 (cos and sin then miss by up to 1%)",
 )
 def pairing_anchor(impl, case):
     """Rotating the basis vector e_a at position p gives exactly 0 outside a's pair (a, b) and (cos pθ_i, ±sin pθ_i) on it.

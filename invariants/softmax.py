@@ -31,7 +31,8 @@ def _peak(x):
 
 @invariant(
     requires=("softmax",),
-    hint="the sum is taken over the wrong axis (`axis` is ignored, or axis 0 / the batch is normalised), or exp(x) is not divided by its own sum",
+    hint="the sum is taken over the wrong axis (`axis` is ignored, or axis 0 / the batch is normalised), or exp(x) is not divided by its own sum, "
+    "or log-probabilities are returned (log_softmax's rows do not sum to 1)",
 )
 def softmax_rows_sum_to_one(impl, case):
     """softmax(x, axis) sums to 1 along `axis`, for every axis of x."""
@@ -162,7 +163,8 @@ def cross_entropy_known_values(impl, case):
 
 @invariant(
     requires=("cross_entropy",),
-    hint="the loss is not built from log-probabilities: raw logits or probabilities are picked instead of log_softmax, or the sign is flipped",
+    hint="the loss is not built from log-probabilities: raw logits or probabilities are picked instead of log_softmax, or the sign is flipped, "
+    "or log-sum-exp subtracts the row max and does not add it back",
 )
 def cross_entropy_non_negative(impl, case):
     """cross_entropy >= 0 exactly: every log-probability is <= 0, since lse(x) >= max(x) >= x_t in any rounding."""

@@ -65,7 +65,8 @@ def diagonal_closed_form(impl, case):
 @invariant(
     requires=("swiglu",),
     hint="the up branch passes through a nonlinearity: SiLU is applied to x·W_up (the branches swapped, as in ml-explore/mlx-lm#767) "
-    "or to the product (silu(x·W_gate ⊙ x·W_up)), or W_up reaches the gate (the two projections fused and split the wrong way)",
+    "or to the product (silu(x·W_gate ⊙ x·W_up)), or W_up reaches the gate (the two projections fused and split the wrong way); "
+    "or W_up is not used at all (SiLU of the gate alone), or something is added inside the network (a residual or a bias)",
 )
 def linear_in_up(impl, case):
     """swiglu is linear in W_up: swiglu(x; W_gate, c·W_up, W_down) = c·swiglu(x; W_gate, W_up, W_down), bitwise for c = ±2**k on the
