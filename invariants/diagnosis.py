@@ -102,10 +102,10 @@ def diagnose(failed, held, signatures=None, *, exclude=()):
     zoo = {name: (named_by(s), set(s["failing"]), s["bug"]) for name, s in signatures.items() if name not in exclude}
     rate = Counter(j for _, fails, _ in zoo.values() for j in fails)  # how many of the zoo's mutants fail each invariant
     ranked = []
-    for candidate in root_failures(failed):
+    for candidate in sorted(root_failures(failed)):
         named = [fails for names, fails, _ in zoo.values() if candidate in names]
         like = named or [fails for _, fails, _ in zoo.values() if candidate in fails]  # mutants that show this bug
-        others = failed - {candidate}
+        others = sorted(failed - {candidate})  # sorted: the same float sums, and so the same ties, in every process
         # P(j fails | this bug), an m-estimate: with no mutant to learn from, the zoo's base rate of j (no evidence either way)
         base = {j: max(rate[j] / max(len(zoo), 1), RAREST) for j in others}
         log_likelihood = sum(math.log((sum(j in f for f in like) + SMOOTHING * base[j]) / (len(like) + SMOOTHING)) for j in others)
@@ -113,7 +113,7 @@ def diagnose(failed, held, signatures=None, *, exclude=()):
         explained = tuple(sorted(j for j in others if like and sum(j in f for f in like) * 2 >= len(like)))
         score = log_likelihood - SPECIFICITY * math.log(share) - GENERIC * _compares_with_reference(candidate)
         ranked.append(Diagnosis(candidate, score, explained, ()))
-    ranked.sort(key=lambda d: -d.score)
+    ranked.sort(key=lambda d: (-d.score, d.invariant))  # equal scores in name order: the same ranking in every process
     if ranked:
         closest = sorted(zoo.items(), key=lambda item: -_jaccard(item[1][1] & (failed | held), failed))[:3]
         ranked[0] = Diagnosis(ranked[0].invariant, ranked[0].score, ranked[0].explained,

@@ -71,7 +71,8 @@ def mask_hides_diagonal(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     return _finish(weights, v, W_o, biases)
 
 
-@mutant(replaces="attention", killed_by="attention.causal_non_leakage", bug="mask off by one: triu with k=2 lets each token see the next")
+@mutant(also_named_by=("attention.causal_weights_pattern",),
+        replaces="attention", killed_by="attention.causal_non_leakage", bug="mask off by one: triu with k=2 lets each token see the next")
 def mask_sees_next_token(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
     q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
     weights = _masked_softmax(_scores(q, k), causal, _future(x.shape[1], k=2))  # BUG: k=2
@@ -82,6 +83,7 @@ MAX_LEN = 16
 
 
 @mutant(
+    also_named_by=("attention.causal_weights_pattern",),
     replaces="attention",
     killed_by="attention.causal_non_leakage",
     bug="mask built for a fixed length of 16 and sliced as if earlier tokens were cached (rows from the end)",
@@ -236,6 +238,7 @@ def _tiled_future(T, tile):
 @mutant(
     replaces="attention",
     killed_by="attention.causal_non_leakage",
+    also_named_by=("attention.causal_weights_pattern",),  # "a buffer for a fixed block size"
     bug="causal mask from a buffer built for a block size of 64 and sliced: right up to 64 tokens, nothing masked past them",
 )
 def mask_buffer_for_64_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
@@ -259,6 +262,7 @@ def tiles_of_16_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, caus
 @mutant(
     replaces="attention",
     killed_by="attention.causal_non_leakage",
+    also_named_by=("attention.causal_weights_pattern",),  # "a mask built per tile of 16 to 128 that leaves the tiles beyond ..."
     bug="a kernel tiled by 128 masks only within its diagonal tiles: right up to 128 tokens, the 129th is seen by the first 128",
 )
 def tiles_of_128_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):

@@ -53,7 +53,8 @@ def unnormed_attention_block(x, params, n_heads, causal=True, *, gelu_form="tanh
     return x + _ffn(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), p, gelu_form)
 
 
-@mutant(replaces="transformer_block", killed_by="block.causal_non_leakage", bug="causal is not passed on: the attention never masks")
+@mutant(also_named_by=("block.attention_sublayer_alone",),
+        replaces="transformer_block", killed_by="block.causal_non_leakage", bug="causal is not passed on: the attention never masks")
 def unmasked_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS):
     p = params
     x = x + _attend(layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p, n_heads, False)
@@ -77,7 +78,8 @@ def parallel_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS
 @mutant(
     replaces="attention",
     killed_by="block.causal_non_leakage",
-    also_named_by=("attention.causal_non_leakage",),  # "a mask buffer built for a block size of 64" (it is the attention's mask)
+    # "a mask buffer built for a block size of 64", "a buffer for a fixed block size": it is the attention's mask
+    also_named_by=("attention.causal_non_leakage", "attention.causal_weights_pattern"),
     bug="the block's attention masks with a buffer built for a block size of 32 and sliced: nothing masked past 32 tokens",
 )
 def block_mask_buffer_for_32_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):

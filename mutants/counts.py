@@ -37,7 +37,8 @@ def forward_only_training_flops(n_params, n_tokens):
     return 2 * n_params * n_tokens
 
 
-@mutant(replaces="moe_active_params", killed_by="counts.moe_known_counts", bug="every expert counted as active, not the k chosen")
+@mutant(also_named_by=("counts.moe_counts_by_part",),
+        replaces="moe_active_params", killed_by="counts.moe_known_counts", bug="every expert counted as active, not the k chosen")
 def all_experts_active_params(d_model, n_experts, k):
     return d_model * n_experts + n_experts * feed_forward_params(d_model)
 
@@ -53,7 +54,8 @@ def no_router_n_params(d_model, n_experts):
     return n_experts * feed_forward_params(d_model)
 
 
-@mutant(replaces="moe_n_params", killed_by="counts.mixture_total_minus_active",
+@mutant(also_named_by=("counts.moe_count_matches_params",),
+        replaces="moe_n_params", killed_by="counts.mixture_total_minus_active",
         bug="the mixture counted as one feed-forward network: the router and a single expert")
 def one_mlp_mixture_n_params(d_model, n_experts):
     return d_model * n_experts + feed_forward_params(d_model)

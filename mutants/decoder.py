@@ -62,7 +62,8 @@ def positions_from_one(x, positions, base=ROPE_BASE, *, pairing="half_split"):
     return rope(x, np.asarray(positions) + 1, base, pairing=pairing)  # BUG: + 1
 
 
-@mutant(replaces="rope", killed_by="rope.pairing_anchor",
+@mutant(also_named_by=("rope.preserves_pair_norms",),
+        replaces="rope", killed_by="rope.pairing_anchor",
         bug="interleaved pairs (2i, 2i + 1) while declaring half-split: a checkpoint converted for the other layout (huggingface/transformers#25199)")
 def interleaved_while_declaring_half_split(x, positions, base=ROPE_BASE, *, pairing="half_split"):
     return rope(x, positions, base, pairing="interleaved")  # BUG: the pairing of Meta's checkpoints, not the declared one
@@ -77,7 +78,8 @@ def frequencies_without_the_two(x, positions, base=ROPE_BASE, *, pairing="half_s
     return rope_join(first * cos - second * sin, first * sin + second * cos, pairing)
 
 
-@mutant(replaces="rope", killed_by="rope.agrees_with_reference", backend="torch", dtype="bfloat16",
+@mutant(also_named_by=("rope.pairing_anchor",),
+        replaces="rope", killed_by="rope.agrees_with_reference", backend="torch", dtype="bfloat16",
         bug="RoPE angles computed in the model's dtype (bfloat16): positions past 256 round (huggingface/transformers#29285)")
 def angles_in_bfloat16(x, positions, base=ROPE_BASE, *, pairing="half_split"):
     import torch
@@ -189,7 +191,8 @@ def _additive_gqa(q, k, v, causal, key_mask, window, plane):
     return weights @ v, weights
 
 
-@mutant(replaces="gqa_attention", killed_by="masking.masks_compose_in_low_precision", dtype="float16",
+@mutant(also_named_by=("masking.fully_masked_rows",),
+        replaces="gqa_attention", killed_by="masking.masks_compose_in_low_precision", dtype="float16",
         bug="causal and padding masks added as finfo.min planes: min + min = -inf and score + min overflows in float16 "
         "(huggingface/transformers#27114, NVIDIA-NeMo/Automodel#2658)")
 def summed_finfo_min_masks(q, k, v, causal=True, key_mask=None, window=None, *, fully_masked="zeros"):
@@ -211,7 +214,8 @@ def sigmoid_gate(x, W_gate, W_up, W_down):
     return (ref.sigmoid(x @ W_gate) * (x @ W_up)) @ W_down  # BUG: σ, not z·σ(z)
 
 
-@mutant(replaces="swiglu", killed_by="swiglu.diagonal_closed_form",
+@mutant(also_named_by=("swiglu.linear_in_up",),
+        replaces="swiglu", killed_by="swiglu.diagonal_closed_form",
         bug="SiLU with no gate: silu(x·W_gate)·W_down, W_up ignored (google-research/timesfm#493)")
 def silu_without_gate(x, W_gate, W_up, W_down):
     return silu(x @ W_gate) @ W_down  # BUG: no up branch
@@ -227,7 +231,8 @@ def silu_of_product(x, W_gate, W_up, W_down):
     return silu((x @ W_gate) * (x @ W_up)) @ W_down  # BUG: SiLU outside the product
 
 
-@mutant(replaces="swiglu", killed_by="swiglu.agrees_with_reference", bug="a residual added inside the feed-forward network (the block adds it again)")
+@mutant(also_named_by=("swiglu.linear_in_up",),
+        replaces="swiglu", killed_by="swiglu.agrees_with_reference", bug="a residual added inside the feed-forward network (the block adds it again)")
 def residual_inside_swiglu(x, W_gate, W_up, W_down):
     return x + swiglu(x, W_gate, W_up, W_down)  # BUG: + x
 
@@ -311,7 +316,8 @@ def offset_counted_twice(past_length, n):
     return np.arange(2 * past_length, 2 * past_length + n)  # BUG: past_length added again
 
 
-@mutant(replaces="llama_attention", killed_by="decoding.decode_matches_full_forward",
+@mutant(also_named_by=("decoding.cache_size_law",),
+        replaces="llama_attention", killed_by="decoding.decode_matches_full_forward",
         bug="the cache replaced by each chunk's keys instead of extended")
 def cache_replaced(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
     return _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, extend_cache=False)  # BUG
@@ -335,7 +341,8 @@ def _cross(x, memory, W_q, W_k, W_v, W_o, n_heads, *, causal=False, positions=Fa
     return merge_heads(heads) @ W_o, weights
 
 
-@mutant(replaces="cross_attention", killed_by="cross_attention.sees_every_memory_position",
+@mutant(also_named_by=("cross_attention.memory_permutation_invariance",),
+        replaces="cross_attention", killed_by="cross_attention.sees_every_memory_position",
         bug="cross-attention with the decoder's causal mask (huggingface/transformers#48172)")
 def causal_cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):
     return _cross(x, memory, W_q, W_k, W_v, W_o, n_heads, causal=True)  # BUG

@@ -21,7 +21,8 @@ def positions_from_end_gpt(ids, params, n_heads):
     return layer_norm(x, params["lnf_g"], params["lnf_b"]) @ wte.T
 
 
-@mutant(replaces="gpt_logits", killed_by="model.tied_output", bug="an untied head: a separately initialised (d, V) projection")
+@mutant(also_named_by=("model.final_norm",),
+        replaces="gpt_logits", killed_by="model.tied_output", bug="an untied head: a separately initialised (d, V) projection")
 def untied_head_gpt(ids, params, n_heads):
     wte, wpe = params["wte"], params["wpe"]
     check_token_ids(ids, vocab=wte.shape[0], max_len=wpe.shape[0])
@@ -44,7 +45,8 @@ def unchecked_gpt(ids, params, n_heads):
     return layer_norm(x, params["lnf_g"], params["lnf_b"]) @ wte.T
 
 
-@mutant(replaces="gpt_logits", killed_by="model.causal_non_leakage", bug="the blocks run with causal=False (the decoder sees the future)")
+@mutant(also_named_by=("model.prefix_consistency",),
+        replaces="gpt_logits", killed_by="model.causal_non_leakage", bug="the blocks run with causal=False (the decoder sees the future)")
 def unmasked_gpt(ids, params, n_heads):
     wte, wpe = params["wte"], params["wpe"]
     check_token_ids(ids, vocab=wte.shape[0], max_len=wpe.shape[0])
@@ -55,7 +57,7 @@ def unmasked_gpt(ids, params, n_heads):
 @mutant(
     replaces="attention",
     killed_by="model.causal_non_leakage",
-    also_named_by=("attention.causal_non_leakage",),  # "a mask buffer built for a block size of 64"
+    also_named_by=("attention.causal_non_leakage", "attention.causal_weights_pattern"),  # "a buffer for a fixed block size"
     bug="the model's attention masks with a buffer built for a block size of 64 (nanoGPT's bias[:, :, :T, :T] padded past it): "
     "right up to 64 tokens, nothing masked beyond",
 )

@@ -29,6 +29,7 @@ def double_softmax_top_k_gates(router_logits, k):
 
 
 @mutant(
+    also_named_by=("moe.top_k_gates_known_values",),
     replaces="top_k_gates",
     killed_by="moe.top_k_gates_select_top_k",
     bug="dropped experts masked with 0 instead of -inf before a softmax over all experts",
@@ -39,7 +40,8 @@ def zero_masked_top_k_gates(router_logits, k):
     return softmax(np.where(keep, router_logits, 0.0))  # exp(0) is not 0
 
 
-@mutant(replaces="top_k_indices", killed_by="moe.top_k_gates_select_top_k", bug="an ascending sort keeps the k smallest scores")
+@mutant(also_named_by=("moe.top_k_gates_known_values",),
+        replaces="top_k_indices", killed_by="moe.top_k_gates_select_top_k", bug="an ascending sort keeps the k smallest scores")
 def ascending_top_k_indices(router_logits, k):
     return np.argsort(router_logits, axis=-1, kind="stable")[..., :k]
 

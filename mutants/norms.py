@@ -11,13 +11,15 @@ def unbiased_layer_norm(x, gain, bias, eps=1e-5):
     return (x - mean) / np.sqrt(x.var(axis=-1, ddof=1, keepdims=True) + eps) * gain + bias
 
 
-@mutant(replaces="layer_norm", killed_by="norms.layer_norm_scale_law", bug="eps outside the square root")
+@mutant(also_named_by=("norms.layer_norm_known_values",),
+        replaces="layer_norm", killed_by="norms.layer_norm_scale_law", bug="eps outside the square root")
 def eps_outside_layer_norm(x, gain, bias, eps=1e-5):
     mean = x.mean(axis=-1, keepdims=True)
     return (x - mean) / (np.sqrt(x.var(axis=-1, keepdims=True)) + eps) * gain + bias
 
 
-@mutant(replaces="layer_norm", killed_by="norms.layer_norm_rows_independent", bug="statistics over the batch and sequence axes (BatchNorm)")
+@mutant(also_named_by=("norms.layer_norm_known_values",),
+        replaces="layer_norm", killed_by="norms.layer_norm_rows_independent", bug="statistics over the batch and sequence axes (BatchNorm)")
 def pooled_layer_norm(x, gain, bias, eps=1e-5):
     axes = tuple(range(x.ndim - 1)) or (-1,)
     mean = x.mean(axis=axes, keepdims=True)

@@ -24,13 +24,15 @@ def softmax_clipped_for_log(x, axis=-1):
     return np.clip(e / e.sum(axis=axis, keepdims=True), 1e-12, 1.0)
 
 
-@mutant(replaces="softmax", killed_by="softmax.softmax_entries_in_unit_interval", bug="returns log-probabilities (log_softmax)")
+@mutant(also_named_by=("softmax.softmax_rows_sum_to_one",),
+        replaces="softmax", killed_by="softmax.softmax_entries_in_unit_interval", bug="returns log-probabilities (log_softmax)")
 def softmax_returns_log_probabilities(x, axis=-1):
     shifted = x - x.max(axis=axis, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-@mutant(replaces="cross_entropy", killed_by="softmax.cross_entropy_large_logits", bug="log-sum-exp without the max: exp(1e4) overflows to inf")
+@mutant(also_named_by=("softmax.cross_entropy_known_values",),
+        replaces="cross_entropy", killed_by="softmax.cross_entropy_large_logits", bug="log-sum-exp without the max: exp(1e4) overflows to inf")
 def cross_entropy_without_max_subtraction(logits, targets):
     log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))  # (..., V)
     return -np.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
@@ -60,7 +62,8 @@ def cross_entropy_of_raw_logits(logits, targets):
     return -np.take_along_axis(logits, targets[..., None], axis=-1).mean()
 
 
-@mutant(replaces="cross_entropy", killed_by="softmax.cross_entropy_shift_invariance", bug="log-sum-exp subtracts the max but never adds it back")
+@mutant(also_named_by=("softmax.cross_entropy_non_negative",),
+        replaces="cross_entropy", killed_by="softmax.cross_entropy_shift_invariance", bug="log-sum-exp subtracts the max but never adds it back")
 def cross_entropy_max_not_added_back(logits, targets):
     lse = np.log(np.exp(logits - logits.max(axis=-1, keepdims=True)).sum(axis=-1))  # (...,), missing + max
     picked = np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]  # (...,)

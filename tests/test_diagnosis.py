@@ -57,3 +57,4 @@ def test_leave_one_out_accuracy_is_measured_and_beats_the_first_failure():
     first_failure = sum(min(s["failing"], key=order.get) == s["killed_by"] for s in SIGNATURES.values()) / len(SIGNATURES)
     assert accuracy > first_failure, (accuracy, first_failure)
     assert len(misses) == round((1 - accuracy) * len(SIGNATURES))
+    assert accuracy >= 0.9, f"leave-one-out diagnosis fell to {accuracy:.1%} (issue 10 asks for 90%): {misses}"

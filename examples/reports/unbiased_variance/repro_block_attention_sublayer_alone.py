@@ -20,7 +20,7 @@ CALLS = [  # (function, arguments, what the suite got back)
     ('attention', [np.array([[[nan]]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, False], ('answer', (np.array([[[nan]]], dtype='float64'), np.array([[[[nan]]]], dtype='float64')))),
 ]
 VIOLATION = 'block output[0, 0, 0]=nan, but should be finite [transformer_block(x, params with W2 = 0 and b2 = 0, n_heads=1, causal=False)]\n  1 of 1 elements are not finite'
-HINT = "the attention sublayer reads the un-normalised stream (x + attn(x)) or the wrong norm (ln2's params), or its output is not added to the stream: with the feed-forward silenced the block is x + attn(LN1(x))"
+HINT = "the attention sublayer reads the un-normalised stream (x + attn(x)) or the wrong norm (ln2's params), or its output is not added to the stream, or it runs without the causal mask: with the feed-forward silenced the block is x + attn(LN1(x), causal)"
 
 
 def load(target):
