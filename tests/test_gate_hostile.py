@@ -36,7 +36,9 @@ def graded(submission, assignment, out):
     """Grade, write every report, and check the reports are well-formed."""
     result = grade(submission, assignment)
     paths = write_reports(result, out)
-    assert [p.name for p in paths] == ["report.json", "junit.xml", "results.json", "summary.md"]
+    names = [p.name for p in paths]
+    assert names[:4] == ["report.json", "junit.xml", "results.json", "summary.md"], names
+    assert all(name.startswith("repro_") and name.endswith(".py") for name in names[4:]), names  # one per visible failure
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"] == result.verdict and report["schema_version"] == SCHEMA_VERSION
     ET.parse(out / "junit.xml")  # parses: escaped output, no control characters
