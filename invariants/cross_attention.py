@@ -64,6 +64,22 @@ def _changed_somewhere(after, before):
     return (after != before).any(axis=-1)
 
 
+def _output_tolerance(impl, inputs):
+    """How far a correct cross_attention's output may be from the float64 reference's (cross_agrees_with_reference's bound)."""
+    tol = agreement_tolerance(impl.dtype)
+    return (tol if impl.dtype == "float64" else tol.scaled(ROUNDINGS)).at_scale(_magnitude(impl, inputs))
+
+
+def _must_change(impl, inputs, memory):
+    """(B, T) True where the float64 reference's output moves by more than twice _output_tolerance when memory replaces
+    inputs["memory"]: there a correct output, within that tolerance on both sides, must move too. Elsewhere the change
+    can round away (a weight of e^-20 times a shift of 1 is below float32's resolution of an output of size 1)."""
+    tol = _output_tolerance(impl, inputs)
+    before = reference_answer(impl, "cross_attention", *cross_args(inputs))[0]
+    after = reference_answer(impl, "cross_attention", *cross_args({**inputs, "memory": memory}))[0]
+    return (np.abs(after - before) > 2 * (tol.atol + tol.rtol * np.maximum(np.abs(before), np.abs(after)))).any(axis=-1)
+
+
 @invariant(
     requires=("cross_attention",),
     hint="the cross-attention is masked: it inherits the decoder's causal mask (decoder position i sees encoder positions <= i, "
@@ -71,7 +87,7 @@ def _changed_somewhere(after, before):
 )
 def sees_every_memory_position(impl, case):
     """Every cross-attention weight is > 0, and shifting the encoder output at any one position j changes the output at every decoder
-    position (float32 and float64: in 16 bits a change can round away)."""
+    position (float32 and float64, wherever the reference's output moves by more than rounding: in 16 bits any change can round away)."""
     inputs = case.draw(cross_inputs(min_memory=2), "inputs")
     B, S, d = inputs["memory"].shape
     j = case.draw(st.integers(0, S - 1), "j (changed encoder position)")
@@ -84,8 +100,9 @@ def sees_every_memory_position(impl, case):
         assert_where(weights > 0, weights, "cross-attention weights", "> 0 at every encoder position (no mask)", call)
     if impl.dtype in LOW_PRECISION:  # 8 or 11 bits can round one position's share of a change away; the weights above still must be > 0
         return
-    assert_where(_changed_somewhere(new_out, out), new_out[..., 0], f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
-                 "changed at every decoder position", call)
+    assert_where(_changed_somewhere(new_out, out) | ~_must_change(impl, inputs, memory), new_out[..., 0],
+                 f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
+                 "changed at every decoder position where the reference's output moves by more than rounding", call)
 
 
 @invariant(
@@ -124,7 +141,7 @@ def cross_agrees_with_reference(impl, case):
         tol = tol.scaled(ROUNDINGS)
     if weights is not None:
         assert_close(weights, expected_weights, "cross_attention weights", tol, call)
-    assert_close(out, expected_out, "cross_attention output", tol.at_scale(_magnitude(impl, inputs)), call)
+    assert_close(out, expected_out, "cross_attention output", _output_tolerance(impl, inputs), call)
 
 
 # -- the decoder block --------------------------------------------------------------------------------------------
