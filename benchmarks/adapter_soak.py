@@ -31,7 +31,7 @@ RUNS = (
 )
 
 _ONE_RUN = """
-import json, sys, time, warnings
+import json, sys, warnings
 from hypothesis import settings
 from invariants import all_invariants, load_implementation, run_invariant
 from invariants.profiles import profile_settings
