@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import seeds
+from strategies.core import cached_strategy, seeds
 
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")
@@ -106,6 +106,7 @@ class GQAShape:
         return self.seq + self.cached
 
 
+@cached_strategy
 def gqa_shapes(*, min_batch=1, max_batch=2, min_kv_heads=1, max_kv_heads=2, min_group=1, max_group=3, min_seq=1, max_seq=5,
                min_cached=0, max_cached=3, min_d_head=1, max_d_head=4):
     """GQAShape with H = n_kv_heads·group (divisible by construction) and S = T + cached >= T.
@@ -143,6 +144,7 @@ def key_mask_of(pattern, batch, keys, rng):
     raise InvalidArgument(f"pattern={pattern!r} is not one of {', '.join(map(repr, KEY_MASK_PATTERNS))}")
 
 
+@cached_strategy
 def gqa_inputs(*, shapes=None, causal=None, masked=None, windowed=None, patterns=KEY_MASK_PATTERNS, min_scale=1.0, max_scale=1.0):
     """dicts {q (B, H, T, D), k and v (B, H_kv, S, D), causal, key_mask, window}, in the order gqa_attention takes them.
 
@@ -241,6 +243,7 @@ class LlamaConfig:
         return self.n_heads * self.d_head
 
 
+@cached_strategy
 def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_kv_heads=2, min_group=1, max_group=2, min_pairs=1,
                   max_pairs=2, max_d_ff=10, windowed=None, max_window=6, qkv_bias=None, bases=ROPE_BASES):
     """LlamaConfig with H divisible by H_kv, D = 2·pairs and d_model = H·D (as in Llama, Mistral and Qwen2; the reference takes any d).
@@ -299,6 +302,7 @@ def init_llama_block_params(config, seed):
     return params
 
 
+@cached_strategy
 def llama_block_params(config):
     """Params dicts for one block of `config` (see init_llama_block_params)."""
     if not isinstance(config, LlamaConfig):
@@ -320,6 +324,7 @@ def init_llama_params(config, seed):
     }
 
 
+@cached_strategy
 def llama_params(config):
     """Params trees for a model of `config` (see init_llama_params)."""
     if not isinstance(config, LlamaConfig):
@@ -414,6 +419,7 @@ def init_decoder_block_params(d_model, seed, *, d_ff=None):
     return params
 
 
+@cached_strategy
 def decoder_block_params(d_model, *, d_ff=None):
     """Params dicts for one encoder-decoder decoder block of width d_model (see init_decoder_block_params)."""
     check_int("d_model", d_model, low=1)

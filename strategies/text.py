@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import check_int, check_int_range, check_order
-from strategies.core import byte_arrays, permutation_of
+from strategies.core import byte_arrays, cached_strategy, permutation_of
 
 COURSE_ALPHABET = " .abcdefghijklmnopqrstuvwxyz"  # the course corpus's 28 characters
 TRICKY_CHARACTERS = "\n\t \u00a0e\u0301\u00e9\u00df\u4e2d\U0001f642"  # whitespace, a combining accent, é (one code point), ß, 中, an emoji
@@ -29,6 +29,7 @@ def corpora(*, min_size=0, max_size=80):
     return st.one_of(from_alphabet, st.text(min_size=min_size, max_size=max_size), repeated)
 
 
+@cached_strategy
 def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
     """1-D int64 arrays of n token ids, n in [min_length, max_length], ids in [0, vocab) with vocab in [min_vocab, max_vocab].
 
