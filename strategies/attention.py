@@ -8,11 +8,13 @@ its max subtracted) and degenerate rows (zero tokens, one token repeated, all sc
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_order
-from strategies.core import attention_shapes, byte_arrays, cached_strategy, float_arrays, weights
+from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, weight_part
 
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 # x patterns: "general"; "zero tokens" (about a third of the tokens, at least one, exactly 0: their query, key and value are 0);
@@ -37,6 +39,12 @@ def largest_score_sum(x, W_q, W_k, n_heads):
     q = np.abs(x @ W_q).reshape(B, T, n_heads, D).transpose(0, 2, 1, 3)  # (B, H, T, D)
     k = np.abs(x @ W_k).reshape(B, T, n_heads, D).transpose(0, 2, 1, 3)  # (B, H, T, D)
     return float((q @ k.transpose(0, 1, 3, 2)).max(initial=0.0))  # (B, H, T, T)
+
+
+@cache
+def _projections(d, gain):
+    """dicts {W_q, W_k, W_v, W_o}, each (d, d) as weights((d, d), gain=gain) draws it."""
+    return array_dicts([weight_part(name, (d, d), gain=gain) for name in PROJECTIONS])
 
 
 def score_scale_exponents(max_score_scale):
@@ -112,9 +120,7 @@ def attention_inputs(
         shape = draw(shapes)
         B, T, d = shape.batch, shape.seq, shape.d_model
         x = draw(float_arrays((B, T, d), min_scale=min_scale, max_scale=max_scale))  # (B, T, d)
-        drawn = {"x": x}
-        for name in PROJECTIONS:
-            drawn[name] = draw(weights((d, d), gain=gain))  # (d, d)
+        drawn = {"x": x, **draw(_projections(d, gain))}  # W_q, W_k, W_v, W_o (d, d)
         pattern = draw(st.sampled_from(patterns))
         if pattern == "zero tokens":
             b = draw(byte_arrays((B, T, 1)))

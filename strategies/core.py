@@ -11,7 +11,9 @@ that are exact stay exact. An array of more than MIN_DRAWN values draws 32 to 25
 average) and repeats them beyond, each position picking one by a hash, so that a long sequence
 costs no more to draw than a short one and one example stays within hypothesis's budget. Every
 array is one bytes choice whatever its shape, so shapes shrink too: the recorded bytes still fit
-a smaller array.
+a smaller array. Hypothesis's cost per example grows with the strategies drawn (each draw opens a
+span and validates), so a params dict draws its arrays' bytes directly (array_dicts): one draw
+per array.
 
 Sequences reach where length bugs live: `attention_shapes(long_lengths=LONG_LENGTHS)` draws,
 half the time, a length on either side of 16, 32, 64 and 128 (the block sizes of mask buffers
@@ -143,6 +145,31 @@ def grid_values(shape):
     return _grid_values(_check_shape(shape))
 
 
+def array_dicts(parts):
+    """dicts {name: read(uint8 array of shape)} from parts ((name, shape, read), ...): one bytes choice per array, drawn in order.
+
+    The choices of fixed_dictionaries over byte_arrays(shape).map(read), without the two strategy
+    wrappers per array: hypothesis's cost per example grows with the strategies drawn, and a
+    block's twelve arrays are then twelve draws. `read` turns the bytes into values (GRID[b] * scale, gains, ...).
+    """
+    parts = tuple((name, _check_shape(shape), read) for name, shape, read in parts)
+    return _array_dicts(tuple((name, shape, _bytes_for(shape), read) for name, shape, read in parts))
+
+
+@st.composite  # decorated once: a composite defined per call costs hypothesis a look at its source each time
+def _array_dicts(draw, parts):
+    return {name: read(_filled(draw(choice), shape)) for name, shape, choice, read in parts}
+
+
+def grid_reader(scale):
+    """The reader of array_dicts for grid values times `scale`: b -> GRID[b] * scale."""
+    return functools.partial(_scaled_grid, scale=scale)
+
+
+def _scaled_grid(b, scale):
+    return GRID[b] * scale
+
+
 def small_ints(b, top):
     """Integers in [-top, top] from bytes b, about uniform: 0, 1, -1, 2, -2, ... for b = 0, 1, 2, 3, 4, ... (so they shrink towards 0)."""
     i = np.asarray(b, dtype=np.int64) % (2 * top + 1)
@@ -204,8 +231,17 @@ def weights(shape, *, gain=1.0):
     """
     check_float("gain", gain, positive=True)
     shape = _check_shape(shape)
-    scale = nearest_power_of_two(gain / math.sqrt(max(shape[0], 1)) if shape else gain)
+    scale = _weight_scale(shape, gain)
     return _float_arrays(shape, scale, scale)
+
+
+def _weight_scale(shape, gain):
+    return nearest_power_of_two(gain / math.sqrt(max(shape[0], 1)) if shape else gain)
+
+
+def weight_part(name, shape, *, gain=1.0):
+    """The array_dicts part (name, shape, read) of a weight matrix drawn as weights(shape, gain=gain) draws it."""
+    return name, shape, grid_reader(_weight_scale(tuple(shape), gain))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ layer is x @ W + b.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -17,10 +18,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_int, check_int_range
-from strategies.core import byte_arrays, cached_strategy, grid_values
-from strategies.feed_forward import matrices
+from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, nearest_power_of_two
 from strategies.norms import gain_values
 
+GRID_VALUES = grid_reader(1.0)  # embeddings: grid values of std 1
 ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")
 BIAS_STD = 0.2  # biases and norm shifts: small next to the unit-size activations, large enough to matter
 
@@ -63,27 +64,36 @@ def init_block_params(d_model, seed, *, d_ff=None, attn_bias=False):
     return params
 
 
-def _norm_gains(d):
-    """LayerNorm gains (d,): 1 + GRID/2 clipped to [1/2, 3/2] (multiples of 1/128), 1 once shrunk; biases are grid values / 4."""
-    return byte_arrays((d,)).map(lambda b: np.minimum(gain_values(b), 1.5))
+def _norm_gain(b):
+    """LayerNorm gains from bytes b: 1 + GRID/2 clipped to [1/2, 3/2] (multiples of 1/128), 1 once shrunk."""
+    return np.minimum(gain_values(b), 1.5)
 
 
-def _biases(n):
-    return grid_values((n,)).map(lambda v: v / 4)  # std 1/4, the nearest power of two to BIAS_STD
+_BIAS = grid_reader(1 / 4)  # biases: grid values / 4 (std 1/4, the nearest power of two to BIAS_STD)
+
+
+def _matrix(fan_in, fan_out):
+    """An array_dicts part's shape and reader for a (fan_in, fan_out) matrix of std 1/√fan_in (to the nearest power of two)."""
+    return (fan_in, fan_out), grid_reader(nearest_power_of_two(1 / math.sqrt(fan_in)))
+
+
+def _block_parts(d, F, attn_bias):
+    """array_dicts parts of one block: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2 (+ b_q b_k b_v b_o)."""
+    parts = [
+        ("ln1_g", (d,), _norm_gain), ("ln1_b", (d,), _BIAS),  # (d,)
+        *((name, *_matrix(d, d)) for name in ("W_q", "W_k", "W_v", "W_o")),  # (d, d)
+        ("ln2_g", (d,), _norm_gain), ("ln2_b", (d,), _BIAS),  # (d,)
+        ("W1", *_matrix(d, F)), ("b1", (F,), _BIAS),  # (d, F), (F,)
+        ("W2", *_matrix(F, d)), ("b2", (d,), _BIAS),  # (F, d), (d,)
+    ]
+    if attn_bias:
+        parts += [(name, (d,), _BIAS) for name in ATTENTION_BIAS_NAMES]  # (d,) each
+    return parts
 
 
 @cache
 def _block_params(d, F, attn_bias):
-    parts = {
-        "ln1_g": _norm_gains(d), "ln1_b": _biases(d),  # (d,)
-        "W_q": matrices(d, d), "W_k": matrices(d, d), "W_v": matrices(d, d), "W_o": matrices(d, d),  # (d, d)
-        "ln2_g": _norm_gains(d), "ln2_b": _biases(d),  # (d,)
-        "W1": matrices(d, F), "b1": _biases(F),  # (d, F), (F,)
-        "W2": matrices(F, d), "b2": _biases(d),  # (F, d), (d,)
-    }
-    if attn_bias:
-        parts.update({name: _biases(d) for name in ATTENTION_BIAS_NAMES})  # (d,) each
-    return st.fixed_dictionaries(parts)
+    return array_dicts(_block_parts(d, F, attn_bias))
 
 
 @cached_strategy
@@ -124,6 +134,7 @@ class GPTConfig:
         return self.ff_ratio * self.d_model
 
 
+@cached_strategy
 def gpt_configs(
     *,
     min_vocab=2, max_vocab=12,
@@ -181,13 +192,18 @@ def init_gpt_params(config, seed, *, embedding_std=1.0):
 @cache
 def _gpt_params(config):
     d = config.d_model
-    return st.fixed_dictionaries({
-        "wte": grid_values((config.vocab, d)),  # (V, d)
-        "wpe": grid_values((config.max_len, d)),  # (max_len, d)
-        "blocks": st.tuples(*[_block_params(d, config.d_ff, config.attn_bias)] * config.n_layers).map(list),
-        "lnf_g": _norm_gains(d),  # (d,)
-        "lnf_b": _biases(d),  # (d,)
-    })
+    embeddings = array_dicts([("wte", (config.vocab, d), GRID_VALUES), ("wpe", (config.max_len, d), GRID_VALUES)])  # (V, d), (max_len, d)
+    blocks = [_block_params(d, config.d_ff, config.attn_bias)] * config.n_layers
+    final = array_dicts([("lnf_g", (d,), _norm_gain), ("lnf_b", (d,), _BIAS)])  # (d,) each
+    return _params_tree(embeddings, blocks, final)
+
+
+@st.composite  # decorated once (see strategies.core._array_dicts)
+def _params_tree(draw, embeddings, blocks, final):
+    """{wte, wpe, blocks [...], lnf_g, lnf_b}: the embeddings, each block and the final norm, drawn in that order."""
+    tree = draw(embeddings)
+    tree["blocks"] = [draw(block) for block in blocks]
+    return tree | draw(final)
 
 
 def gpt_params(config):
