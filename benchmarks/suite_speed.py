@@ -3,6 +3,7 @@
     python benchmarks/suite_speed.py                 # ci profile: pytest wall times + examples/s
     python benchmarks/suite_speed.py --profile thorough --skip-pytest
     python benchmarks/suite_speed.py --soak-estimate 300   # the thorough soak's run time, from 300 examples per invariant
+    python benchmarks/suite_speed.py --breakdown 300       # where the time per example goes, per reference and dtype
 
 Prints figures; asserts nothing (speed targets live here, not in timed tests).
 """
@@ -80,12 +81,77 @@ def soak_estimate(sample):
     return rows
 
 
+class _Stopwatch:
+    """Seconds spent inside a method, added up over every call (not counting the calls nested in it twice)."""
+
+    def __init__(self, owner, name):
+        self.owner, self.name, self.original, self.seconds, self.depth = owner, name, getattr(owner, name), 0.0, 0
+
+    def __enter__(self):
+        original = self.original
+
+        def timed(*args, **kwargs):
+            self.depth += 1
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if not self.depth:
+                    self.seconds += time.perf_counter() - start
+
+        setattr(self.owner, self.name, timed)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self.owner, self.name, self.original)
+
+
+def time_breakdown(sample):
+    """Per reference and dtype: examples/s, and the shares of the run spent drawing, in the implementation, in the checks and in hypothesis.
+
+    Drawing is every Case.draw (our strategies and hypothesis's choices under them); the
+    implementation is every Implementation.call (the conversions at the boundary included); the
+    checks are the rest of the invariant bodies (the reference, comparisons); hypothesis is the
+    rest of the run (its engine: generating, mutating, bookkeeping per example).
+    """
+    from hypothesis import settings as hypothesis_settings
+
+    from invariants.protocol import Implementation
+    from invariants.registry import Invariant
+    from invariants.runner import Case
+
+    measured = hypothesis_settings(profile_settings("thorough"), max_examples=sample)
+    rows = []
+    for target in TARGETS:
+        for dtype in ("float64", "float32"):
+            impl = load_implementation(target, dtype=dtype)
+            total = examples = 0.0
+            with _Stopwatch(Case, "draw") as drawing, _Stopwatch(Implementation, "call") as calls, _Stopwatch(Invariant, "__call__") as bodies:
+                for inv in all_invariants():
+                    outcome = run_invariant(inv, impl, settings=measured)
+                    if outcome.status != "skipped" and outcome.examples > 1:  # a table of known values is no per-example cost
+                        total += outcome.seconds
+                        examples += outcome.examples
+            checks = bodies.seconds - drawing.seconds - calls.seconds
+            rows.append((target, dtype, int(examples), total, drawing.seconds, calls.seconds, checks, total - bodies.seconds))
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="ci", choices=PROFILE_NAMES)
     parser.add_argument("--skip-pytest", action="store_true", help="only the in-process examples/s table")
     parser.add_argument("--soak-estimate", type=int, metavar="N", help="estimate the thorough soak from N examples per invariant, and stop")
+    parser.add_argument("--breakdown", type=int, metavar="N", help="where the time per example goes, from N examples per invariant, and stop")
     args = parser.parse_args(argv)
+    if args.breakdown:
+        print(f"where the time goes, {args.breakdown} examples per invariant (one process; shares of the run time)")
+        print(f"{'target':18} {'dtype':8} {'examples':>9} {'ex/s':>6} {'drawing':>8} {'impl':>6} {'checks':>7} {'hypothesis':>10}")
+        for target, dtype, examples, total, drawing, calls, checks, engine in time_breakdown(args.breakdown):
+            shares = " ".join(f"{part / total:{width}.0%}" for part, width in ((drawing, 8), (calls, 6), (checks, 7), (engine, 10)))
+            print(f"{target:18} {dtype:8} {examples:9,d} {examples / total:6.0f} {shares}")
+        return
     if args.soak_estimate:
         print(f"thorough soak, estimated from {args.soak_estimate} examples per invariant (one process, in-process run_invariant)")
         print(f"{'target':18} {'dtype':8} {'examples':>10} {'minutes':>8}")
