@@ -10,7 +10,6 @@ layer is x @ W + b.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -18,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_int, check_int_range
-from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, nearest_power_of_two
+from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, weight_part
 from strategies.norms import gain_values
 
 GRID_VALUES = grid_reader(1.0)  # embeddings: grid values of std 1
@@ -72,19 +71,14 @@ def _norm_gain(b):
 _BIAS = grid_reader(1 / 4)  # biases: grid values / 4 (std 1/4, the nearest power of two to BIAS_STD)
 
 
-def _matrix(fan_in, fan_out):
-    """An array_dicts part's shape and reader for a (fan_in, fan_out) matrix of std 1/√fan_in (to the nearest power of two)."""
-    return (fan_in, fan_out), grid_reader(nearest_power_of_two(1 / math.sqrt(fan_in)))
-
-
 def _block_parts(d, F, attn_bias):
     """array_dicts parts of one block: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2 (+ b_q b_k b_v b_o)."""
     parts = [
         ("ln1_g", (d,), _norm_gain), ("ln1_b", (d,), _BIAS),  # (d,)
-        *((name, *_matrix(d, d)) for name in ("W_q", "W_k", "W_v", "W_o")),  # (d, d)
+        *(weight_part(name, (d, d)) for name in ("W_q", "W_k", "W_v", "W_o")),  # (d, d)
         ("ln2_g", (d,), _norm_gain), ("ln2_b", (d,), _BIAS),  # (d,)
-        ("W1", *_matrix(d, F)), ("b1", (F,), _BIAS),  # (d, F), (F,)
-        ("W2", *_matrix(F, d)), ("b2", (d,), _BIAS),  # (F, d), (d,)
+        weight_part("W1", (d, F)), ("b1", (F,), _BIAS),  # (d, F), (F,)
+        weight_part("W2", (F, d)), ("b2", (d,), _BIAS),  # (F, d), (d,)
     ]
     if attn_bias:
         parts += [(name, (d,), _BIAS) for name in ATTENTION_BIAS_NAMES]  # (d,) each
