@@ -16,7 +16,7 @@ from strategies import (
     swept_lengths,
     weights,
 )
-from strategies.core import GRID, byte_arrays, grid_values
+from strategies.core import GRID, array_dicts, byte_arrays, grid_reader, grid_values, weight_part
 
 BAD_ARGUMENTS = [
     (attention_shapes, dict(min_seq=5, max_seq=3), "min_seq=5 is larger than max_seq=3"),
@@ -119,6 +119,21 @@ def test_grid_values_shrink_value_by_value_towards_zeros_and_ones():
     assert set(find(grid_values((3,)), lambda x: x.sum() > 0, settings=steady).tolist()) <= {0.0, 1.0, -1.0}
     assert find(float_arrays((2, 2)), lambda x: (x != 0).all(), settings=steady).tolist() == [[1.0, 1.0], [1.0, 1.0]]
     assert find(grid_values((4,)), lambda x: (x != 0).sum() >= 2, settings=steady).tolist().count(0.0) == 2
+
+
+def test_array_dicts_read_each_array_from_its_own_bytes_and_shrink_value_by_value():
+    steady = settings(database=None, derandomize=True)
+    parts = [("W", (2, 3), grid_reader(0.5)), ("g", (3,), lambda b: 1.0 + b)]
+    drawn = find(array_dicts(parts), lambda d: d["W"].any() and d["g"].max() > 1, settings=steady)
+    assert list(drawn) == ["W", "g"] and drawn["W"].shape == (2, 3) and drawn["g"].shape == (3,)
+    assert sorted(drawn["W"].ravel().tolist()) == [0.0] * 5 + [0.5]  # the simplest non-zero grid value, 1, times 0.5
+    assert sorted(drawn["g"].tolist()) == [1.0, 1.0, 2.0]  # byte 1, once
+
+
+def test_a_weight_part_is_drawn_at_the_scale_of_weights():
+    steady = settings(database=None, derandomize=True)
+    from_part = find(array_dicts([weight_part("W", (4, 2), gain=2.0)]), lambda d: d["W"].any(), settings=steady)["W"]
+    assert from_part.max() == find(weights((4, 2), gain=2.0), lambda w: w.any(), settings=steady).max() == 1.0  # 2 / √4
 
 
 @settings(max_examples=50, database=None, derandomize=True)
