@@ -29,6 +29,11 @@ TOLERANCES = {
 # condition 64 reach 1.3 times the table.
 LAYER_NORM_TYPICAL_CONDITION = 8.0
 
+# The longest sum over keys the checks' factors were measured at: the default sequences of at most 8 tokens.
+# The rounding error of a sum of n terms grows with n (at worst as γ_n ≈ n·u, Higham 2002, §4.2), so a check on
+# longer sequences scales its tolerance in proportion (Tolerance.summed_over).
+MEASURED_SUM_LENGTH = 8
+
 # Agreement between two float64 implementations of the same maths (the P01 course's figure).
 FLOAT64_AGREEMENT = 1e-10
 
@@ -53,6 +58,11 @@ class Tolerance:
         """For a result computed through a LayerNorm of this `condition` (layer_norm_condition): unchanged up to
         `typical`, in proportion beyond it, since the norm magnifies the rounding errors of its input that much."""
         return self.scaled(max(1.0, condition / typical))
+
+    def summed_over(self, n):
+        """For a result behind sums of up to n terms (a softmax and weights @ v over n keys): unchanged up to
+        MEASURED_SUM_LENGTH, in proportion beyond it, as a sum's worst-case rounding grows."""
+        return self.scaled(max(1.0, n / MEASURED_SUM_LENGTH))
 
     @property
     def normwise(self):

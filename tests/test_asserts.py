@@ -13,7 +13,7 @@ from invariants.asserts import (
     assert_value,
     assert_where,
 )
-from invariants.tolerance import LAYER_NORM_TYPICAL_CONDITION, Tolerance, layer_norm_condition, tolerance_for
+from invariants.tolerance import LAYER_NORM_TYPICAL_CONDITION, MEASURED_SUM_LENGTH, Tolerance, layer_norm_condition, tolerance_for
 
 
 def message_of(fn, *args, **kwargs):
@@ -80,6 +80,13 @@ def test_conditioned_tolerance_grows_only_beyond_the_typical_condition():
     assert table.conditioned(LAYER_NORM_TYPICAL_CONDITION / 2) == table
     tenfold = table.conditioned(10 * LAYER_NORM_TYPICAL_CONDITION)
     assert (tenfold.atol, tenfold.rtol) == pytest.approx((10 * table.atol, 10 * table.rtol))
+
+
+def test_a_tolerance_summed_over_long_sequences_grows_in_proportion_beyond_the_measured_length():
+    table = tolerance_for("float32")
+    assert table.summed_over(1) == table.summed_over(MEASURED_SUM_LENGTH) == table
+    long = table.summed_over(16 * MEASURED_SUM_LENGTH)
+    assert (long.atol, long.rtol) == pytest.approx((16 * table.atol, 16 * table.rtol))
 
 
 def test_shape_finite_where_and_value():
