@@ -220,7 +220,7 @@ def _float_arrays(shape, min_scale, max_scale):
     # Cached: invariants draw arrays of data-dependent shapes on every example, and building
     # a strategy costs more than drawing from it.
     if min_scale == max_scale and powers_of_two(min_scale, max_scale) is not None:  # one draw, no wrapper
-        return _bytes_for(shape).map(lambda b: GRID[_filled(b, shape)] * min_scale)
+        return _bytes_for(shape).map(lambda b: _scaled_grid(_filled(b, shape), min_scale))
     return st.builds(lambda values, scale: values * scale, _grid_values(shape), scales(min_scale, max_scale))
 
 
