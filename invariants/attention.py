@@ -16,7 +16,8 @@ repeated and all-equal scores are drawn on purpose.
 Declarations (invariants/conventions.py): with ATTENTION_WEIGHTS = False attention answers its
 output alone (SDPA-style, no weights); the weight invariants are then skipped and every other one
 checks the output only (tolerances that scale with the weights use the reference's weights). With
-CAUSAL_ONLY = True the invariants about causal=False are skipped and the others draw causal=True.
+CAUSAL_ONLY = True the invariants about causal=False are skipped and the others draw causal=True; with
+ENCODER_ONLY = True the invariants about causal=True are skipped and the others draw causal=False.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_value, assert_where
-from invariants.conventions import causal_modes, declared_skip, returns_weights
+from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.protocol import ImplementationError
 from invariants.reference_check import reference_answer
 from invariants.registry import invariant
@@ -54,7 +55,6 @@ ROUNDINGS = 8
 
 
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its attention returns no weights to check")
-_NO_ENCODER = declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (causal=False), which this invariant compares with")
 
 
 def _score_bound(impl):
@@ -63,12 +63,12 @@ def _score_bound(impl):
 
 
 def _draw_inputs(impl, case, *, large_scores=False, **options):
-    """Draw attention_inputs(**options); causal is drawn, or True where impl declares CAUSAL_ONLY.
+    """Draw attention_inputs(**options); causal is drawn, or impl's one mode where it declares CAUSAL_ONLY or ENCODER_ONLY.
 
     large_scores=True draws score scales up to 16384 (scores of about 1e4), within _score_bound(impl).
     """
     if options.get("causal") is None and len(causal_modes(impl)) == 1:
-        options["causal"] = True
+        options["causal"] = causal_modes(impl)[0]
     if large_scores:
         options.update(max_score_scale=MAX_SCORE_SCALE, max_score_sum=_score_bound(impl))
     return case.draw(_inputs(**options), "inputs")
@@ -152,6 +152,7 @@ def _lengths(inputs):
     "sliced as if earlier tokens were cached), right only up to some length (a mask buffer built for a block size of "
     "64, a kernel that masks only within its tiles of 16 to 128: see the length in the call), or a finite value "
     "instead of -inf (an additive mask of -1e4, GPT-2's masked_bias: it leaks once scores are that large)",
+    applies=NO_DECODER_MODE,
 )
 def causal_non_leakage(impl, case):
     """Replacing the tokens at positions >= j by other finite values leaves causal attention's outputs and weights at positions < j exactly equal.
@@ -182,6 +183,7 @@ def causal_non_leakage(impl, case):
     "(a buffer built for a block size, a kernel masking only within its tiles: see the boundary m and the length)",
     backends=("torch",),
     in_process=True,
+    applies=NO_DECODER_MODE,
 )
 def causal_gradient(impl, case):
     """Under causal attention ∂out_i/∂x_j is exactly 0 for every j > i, through the implementation's own autograd.
@@ -245,7 +247,7 @@ def _gradients_across(impl, inputs, cotangents, boundaries):
     "is right only up to some length (a mask built per tile of 16 to 128 that leaves the tiles beyond the diagonal "
     "unmasked, a buffer for a fixed block size, a longer mask sliced as if earlier tokens were cached), is off by one (triu "
     "with k=2: each token also sees the next), or zeroes the weights after the softmax (the first row is then not 1)",
-    applies=_NO_WEIGHTS,
+    applies=first_reason(NO_DECODER_MODE, _NO_WEIGHTS),
 )
 def causal_weights_pattern(impl, case):
     """With causal=True every weight above the diagonal is exactly 0 and the first query's weights are exactly (1, 0, …, 0).
@@ -306,7 +308,7 @@ def large_scores_stay_finite(impl, case):
     requires=("attention",),
     hint="the mask is transposed (tril for triu: each token sees itself and the future) or hides a key the last "
     "token may see, so the last token does not attend to every position",
-    applies=_NO_ENCODER,
+    applies=first_reason(NO_ENCODER_MODE, NO_DECODER_MODE),
 )
 def last_position_mask_free(impl, case):
     """The last position's output and weights are the same with causal=True and causal=False, to rounding.
@@ -332,7 +334,7 @@ def last_position_mask_free(impl, case):
     requires=("attention",),
     hint="a mask is applied although causal=False (the flag is ignored), or the output depends on where a token sits "
     "(a positional bias, a cumulative sum over the sequence)",
-    applies=_NO_ENCODER,
+    applies=NO_ENCODER_MODE,
 )
 def permutation_equivariance(impl, case):
     """Without the mask, permuting the tokens permutes the outputs and the weights' rows and columns the same way (to rounding)."""

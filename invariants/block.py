@@ -3,7 +3,8 @@
 What is drawn follows the implementation's declarations (invariants/conventions.py): params with
 the attention biases b_q..b_o only where it declares ATTENTION_BIASES = True (so a block without
 bias support passes, and one that declares support but ignores them fails agrees_with_reference),
-causal=True only under CAUSAL_ONLY (permutation_equivariant, encoder mode, is then skipped), the
+causal=True only under CAUSAL_ONLY (permutation_equivariant, encoder mode, is then skipped), causal=False
+only under ENCODER_ONLY (causal_non_leakage, decoder mode, is then skipped), the
 feed-forward width FEED_FORWARD_RATIO·d (else 4·d), and its LayerNorm eps (LAYER_NORM_EPS, else
 1e-5) wherever the check computes a norm itself or asks the reference.
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
 from invariants.attention import attention_output
-from invariants.conventions import PROTOCOL_EPS, attention_biases, causal_modes, d_ff_for, declared_skip, layer_norm_eps
+from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, PROTOCOL_EPS, attention_biases, causal_modes, d_ff_for, layer_norm_eps
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
@@ -59,8 +60,9 @@ def block_params_for(impl, d_model, *, attn_bias=None):
 
 
 def draw_causal(impl, case):
-    """Draw the causal flag: either, or True only where impl declares CAUSAL_ONLY."""
-    return case.draw(st.booleans() if len(causal_modes(impl)) == 2 else st.just(True), "causal")
+    """Draw the causal flag: either, or impl's one mode where it declares CAUSAL_ONLY or ENCODER_ONLY."""
+    modes = causal_modes(impl)
+    return case.draw(st.booleans() if len(modes) == 2 else st.just(modes[0]), "causal")
 
 
 def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False, **inputs):
@@ -165,6 +167,7 @@ def shape_preserved(impl, case):
     hint="the block does not pass causal=True to its attention, builds the mask for the wrong positions or only up "
          "to some length (a mask buffer for a fixed block size, a kernel masking only within its tiles: see the length "
          "in the call), or something mixes tokens outside attention (a norm over the sequence axis)",
+    applies=NO_DECODER_MODE,
 )
 def causal_non_leakage(impl, case):
     """In decoder mode (causal=True), changing x at positions >= j leaves the block's outputs at positions < j exactly equal.
@@ -188,7 +191,7 @@ def causal_non_leakage(impl, case):
 @invariant(
     requires=("transformer_block",),
     hint="the block masks even with causal=False (the flag is ignored or hard-coded), or adds position information of its own",
-    applies=declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (causal=False), which this invariant is about"),
+    applies=NO_ENCODER_MODE,
 )
 def permutation_equivariant(impl, case):
     """In encoder mode (causal=False), permuting the tokens of x permutes the block's output the same way."""

@@ -63,6 +63,9 @@ CONVENTIONS = {
         Convention("CAUSAL_ONLY", (True, False), False,
                    "True: the invariants of encoder mode (causal=False) are skipped and every other attention and block "
                    "invariant runs with causal=True only"),
+        Convention("ENCODER_ONLY", (True, False), False,
+                   "True (no decoder mode: ViT- and BERT-style encoders): the invariants of decoder mode (causal=True) are skipped and "
+                   "every other attention, block and gqa_attention invariant runs with causal=False only"),
         Convention("ATTENTION_WEIGHTS", (True, False), True,
                    "False: attention returns its output alone (no weights), the weight invariants are skipped and the "
                    "others check the output only"),
@@ -113,6 +116,8 @@ def read_declarations(namespace):
             if problem:
                 raise ValueError(problem)
             found[name] = value
+    if found.get("CAUSAL_ONLY") and found.get("ENCODER_ONLY"):
+        raise ValueError("CAUSAL_ONLY = True and ENCODER_ONLY = True leave attention no mode to run in: declare one of them")
     return found
 
 
@@ -136,6 +141,19 @@ def declared_skip(name, when, why):
     return applies
 
 
+def first_reason(*conditions):
+    """An `applies=` function for the registry: the reason of the first of `conditions` (applies= functions) that gives one."""
+
+    def applies(impl):
+        return next((reason for reason in (condition(impl) for condition in conditions) if reason), None)
+
+    return applies
+
+
+NO_ENCODER_MODE = declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (causal=False), which this invariant is about")
+NO_DECODER_MODE = declared_skip("ENCODER_ONLY", bool, "it has no decoder mode (causal=True), which this invariant is about")
+
+
 # -- what a declaration means, for the invariants that read it -------------------------------
 
 
@@ -157,8 +175,10 @@ def attention_biases(impl):
 
 
 def causal_modes(impl):
-    """The causal flags impl can take: (True,) where CAUSAL_ONLY is declared, else (True, False)."""
-    return (True,) if declared(impl, "CAUSAL_ONLY") else (True, False)
+    """The causal flags impl can take: (True,) where CAUSAL_ONLY is declared, (False,) where ENCODER_ONLY is, else (True, False)."""
+    if declared(impl, "CAUSAL_ONLY"):
+        return (True,)
+    return (False,) if declared(impl, "ENCODER_ONLY") else (True, False)
 
 
 def returns_weights(impl):

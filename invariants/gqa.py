@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_shape, assert_value
-from invariants.conventions import causal_modes, declared, declared_skip, returns_weights
+from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, returns_weights
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
@@ -35,13 +35,14 @@ def _strategy(shape_options, options):
 
 
 def draw_gqa_inputs(impl, case, *, shape=None, **options):
-    """Draw gqa_inputs(**options) of gqa_shapes(**shape), following impl's declarations: causal=True only under CAUSAL_ONLY,
+    """Draw gqa_inputs(**options) of gqa_shapes(**shape), following impl's declarations: causal=True only under CAUSAL_ONLY
+    (False only under ENCODER_ONLY),
     no window under SLIDING_WINDOW = False, and as many queries as keys (no cache) under CAUSAL_ALIGNMENT = "top_left"."""
     shape = dict(shape or {})
     if declared(impl, "CAUSAL_ALIGNMENT") == "top_left":
         shape.update(min_cached=0, max_cached=0)
     if options.get("causal") is None and len(causal_modes(impl)) == 1:
-        options["causal"] = True
+        options["causal"] = causal_modes(impl)[0]
     if not declared(impl, "SLIDING_WINDOW"):
         options["windowed"] = False
     return case.draw(_strategy(tuple(sorted(shape.items())), tuple(sorted(options.items()))), "inputs")
@@ -165,7 +166,7 @@ def head_groups(impl, case):
     hint="the causal mask of T queries over S > T keys is aligned top-left (query i sees keys 0..i, as SDPA's is_causal does "
     "when L != S: pytorch/pytorch#115111), or built for T keys and sliced: a KV-cache step must align it bottom-right, query i "
     "at position S - T + i; declare CAUSAL_ALIGNMENT = 'top_left' if that is the intended behaviour",
-    applies=_TOP_LEFT,
+    applies=first_reason(NO_DECODER_MODE, _TOP_LEFT),
 )
 def queries_shorter_than_keys(impl, case):
     """The last t of T queries over the same S = T keys give the last t rows of the full call: gqa_attention(q[:, :, -t:], k, v) =

@@ -18,17 +18,15 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
-from invariants.conventions import declared_skip
+from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
 from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, gqa_call, sees_a_key, value_scale, visible
 from invariants.registry import invariant
 from strategies.core import float_arrays
 
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its gqa_attention returns no weights to count")
-_NO_WINDOW = declared_skip("SLIDING_WINDOW", lambda supported: not supported, "it has no sliding window, which this invariant is about")
-
-
-def _window_and_weights(impl):
-    return _NO_WINDOW(impl) or _NO_WEIGHTS(impl)
+_NO_WINDOW = first_reason(  # a sliding window is defined on causal attention only
+    NO_DECODER_MODE, declared_skip("SLIDING_WINDOW", lambda supported: not supported, "it has no sliding window, which this invariant is about"))
+_WINDOW_AND_WEIGHTS = first_reason(_NO_WINDOW, _NO_WEIGHTS)
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new keys and values: other finite values of any moderate size
 
 
@@ -37,7 +35,7 @@ PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new keys and values
     hint="the window is one key too wide or too narrow: j >= p - w (w + 1 keys, as flash-attention's window_size=(w, w) under "
     "a causal mask: huggingface/transformers#39408) or j > p - w + 1 (w - 1 keys); or the window is measured from the first key, "
     "not from the query's own position",
-    applies=_window_and_weights,
+    applies=_WINDOW_AND_WEIGHTS,
 )
 def window_key_count(impl, case):
     """With a sliding window w, the query at position p has exactly min(p + 1, w) non-zero weights, on the keys p - w < j <= p."""
@@ -169,6 +167,7 @@ def fully_masked_rows(impl, case):
     "NVIDIA-NeMo/Automodel#2658), and a score plus finfo.min overflows in float16; or the mask value is a -1e9 sentinel, "
     "which is -inf in float16 (google/flax#982); either way a fully masked row becomes NaN. Compose the masks as booleans "
     "(or clamp at finfo.min)",
+    applies=NO_DECODER_MODE,
 )
 def masks_compose_in_low_precision(impl, case):
     """With causal, window and padding masks composed and scores of size up to ~100, every output and weight is finite, hidden keys

@@ -76,6 +76,7 @@ BAD = [
     ("GELU_FORM", "exact", "GELU_FORM = 'exact' is not allowed: expected 'tanh' or 'erf'"),
     ("ATTENTION_BIASES", 1, "ATTENTION_BIASES = 1 is not allowed: expected True or False"),
     ("CAUSAL_ONLY", "yes", "CAUSAL_ONLY = 'yes' is not allowed: expected True or False"),
+    ("ENCODER_ONLY", 1, "ENCODER_ONLY = 1 is not allowed: expected True or False"),
     ("ATTENTION_WEIGHTS", None, "ATTENTION_WEIGHTS = None is not allowed: expected True or False"),
     ("LAYER_NORM_EPS", 0.0, "LAYER_NORM_EPS = 0.0 is not allowed: expected float > 0"),
     ("LAYER_NORM_EPS", 1, "LAYER_NORM_EPS = 1 is not allowed: expected float"),
@@ -208,6 +209,67 @@ def test_causal_only_skips_encoder_mode_and_runs_the_rest_causal():
 def test_without_the_declaration_a_decoder_only_attention_is_called_in_encoder_mode():
     status, report = _status("attention.permutation_equivariance", _impl("decoder only", attention=decoder_attention))
     assert status == "error" and "causal=False is not supported" in report, report
+
+
+# -- ENCODER_ONLY ---------------------------------------------------------------------------------------------
+
+
+def _refuse_decoder_mode(causal):
+    if causal:
+        raise NotImplementedError("encoder only: causal=True is not supported")
+
+
+def encoder_attention(x, W_q, W_k, W_v, W_o, n_heads, causal):
+    _refuse_decoder_mode(causal)
+    return rt.attention(x, W_q, W_k, W_v, W_o, n_heads, causal)
+
+
+def encoder_block(x, params, n_heads, causal):
+    _refuse_decoder_mode(causal)
+    return rt.transformer_block(x, params, n_heads, causal)
+
+
+def encoder_gqa_attention(q, k, v, causal, key_mask=None, window=None):
+    _refuse_decoder_mode(causal)
+    return rt.gqa_attention(q, k, v, causal, key_mask, window)
+
+
+def _always_causal(function):
+    """function with causal=True whatever it is passed (the flag ignored, the mask hard-coded)."""
+    return lambda x, params, n_heads, causal: function(x, params, n_heads, True)
+
+
+DECODER_MODE = ("attention.causal_non_leakage", "attention.causal_gradient", "attention.causal_weights_pattern",
+                "attention.last_position_mask_free", "block.causal_non_leakage", "gqa.queries_shorter_than_keys",
+                "masking.window_key_count", "masking.window_outside_keys_ignored", "masking.window_covering_all_keys_is_causal",
+                "masking.masks_compose_in_low_precision")
+
+
+def _encoder(**members):
+    return _impl("encoder only", ENCODER_ONLY=True, layer_norm=rt.layer_norm, feed_forward=rt.feed_forward, **members)
+
+
+def test_encoder_only_skips_decoder_mode_and_runs_the_rest_in_encoder_mode():
+    impl = _encoder(attention=encoder_attention, transformer_block=encoder_block, gqa_attention=encoder_gqa_attention)
+    for name in DECODER_MODE:
+        assert_declared_skip(name, impl, "ENCODER_ONLY")
+    assert_passes(_names("attention", "block", "gqa", "masking"), impl, skipped=DECODER_MODE)
+
+
+def test_without_the_declaration_an_encoder_only_attention_is_called_in_decoder_mode():
+    status, report = _status("attention.causal_non_leakage", _impl("encoder only", attention=encoder_attention))
+    assert status == "error" and "causal=True is not supported" in report, report
+
+
+def test_encoder_only_declared_for_a_block_that_always_masks_fails():
+    impl = _encoder(attention=rt.attention, transformer_block=_always_causal(rt.transformer_block))
+    status, report = _status("block.permutation_equivariant", impl)
+    assert status == "failed", report
+
+
+def test_causal_only_and_encoder_only_together_are_refused():
+    with pytest.raises(ImplementationLoadError, match="leave attention no mode to run in"):
+        _impl("neither", CAUSAL_ONLY=True, ENCODER_ONLY=True, attention=rt.attention)
 
 
 # -- ATTENTION_WEIGHTS ----------------------------------------------------------------------------------------
