@@ -34,11 +34,13 @@ CHOSEN = {  # adapter: (dtype, invariants)
     "hooked_transformer": ("float64", ("attention.weights_are_distributions", "attention.multi_head_is_sum_of_heads",
                                        "block.permutation_equivariant", "block.agrees_with_reference",
                                        "model.tied_output", "model.refuses_bad_ids", "model.agrees_with_reference")),
+    "vit": ("float32", ("attention.weights_are_distributions", "attention.permutation_equivariance", "block.residual_identity",
+                        "block.permutation_equivariant", "block.agrees_with_reference")),
     "mixtral": ("float32", ("moe.top_k_gates_select_top_k", "moe.top_k_gates_agrees_with_reference",
                             "moe.load_balancing_loss_agrees_with_reference", "moe.moe_top_1_is_chosen_expert",
                             "moe.moe_agrees_with_reference")),
 }
-NEEDS = {"gpt2": "transformers", "mixtral": "transformers", "hooked_transformer": "transformer_lens"}
+NEEDS = {"gpt2": "transformers", "mixtral": "transformers", "vit": "transformers", "hooked_transformer": "transformer_lens"}
 
 LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines, 25 at most
     "torch_sdpa.py": 25,
@@ -47,6 +49,7 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
     "gpt2.py": 25,
     "hooked_transformer.py": 25,
     "mixtral.py": 25,
+    "vit.py": 25,
 }
 
 
