@@ -495,6 +495,37 @@ def executorch_naive_softmax_sdpa(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *
     return _project(_merge(weights @ v), W_o, b_o), weights
 
 
+@documented(
+    replaces="attention",
+    killed_by="attention.agrees_with_reference",
+    bug="the attention softmax computed with dtype=torch.float32 and cast back to the input's dtype: meant as an upcast "
+    "for float16, it caps a float64 model's attention weights at float32's resolution (about 1e-8)",
+    source="huggingface/transformers#48459",
+    also=("huggingface/transformers#48466",),
+    project="transformers 5.14 GPT-NeoX eager_attention_forward (ViT's eager attention in 5.24 has the same line)",
+    original="attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)",
+    backend="torch",
+)
+def gpt_neox_float32_softmax(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None, b_v=None, b_o=None):
+    import torch
+    from torch import nn
+
+    B, T, d = x.shape
+    head_size = d // n_heads
+
+    def heads(W, b):  # the protocol's x @ W + b, viewed (B, T, H, D) and transposed to (B, H, T, D)
+        return (x @ W if b is None else x @ W + b).view(B, T, n_heads, head_size).transpose(1, 2)
+
+    query, key, value = heads(W_q, b_q), heads(W_k, b_k), heads(W_v, b_v)
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * head_size**-0.5  # scaling = head_size ** -0.5
+    if causal:  # the model's causal mask, added to the scores
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        attn_weights = attn_weights.masked_fill(future, float("-inf"))
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)  # BUG: float32 for float64 too
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).reshape(B, T, d)  # (B, T, d)
+    return (attn_output @ W_o if b_o is None else attn_output @ W_o + b_o), attn_weights
+
+
 # ---------------------------------------------------------------------------------------------
 # The block
 # ---------------------------------------------------------------------------------------------
