@@ -5,8 +5,9 @@ An adapter says three things, and the toolkit does the rest:
 1. **A layout**: a plain dict from the module's parameter names to the suite's weights,
    `{"c_attn.weight": cat("W_q", "W_k", "W_v", dim=1), "out_proj.weight": T("W_o")}`. A value
    is a key of the suite's params, or `T`, `cat`, `heads`, `zeros` of one, or any callable of the
-   params; `under(prefix, layout)` prefixes a sublayer's names and `each("blocks", layout)` lays
-   out every block of a model (the dict key holds `{}` for the block's index). Attention biases
+   params; `norm(name, "ln1")` lays out a LayerNorm's gain and bias, `under(prefix, layout)`
+   prefixes a sublayer's names and `each("blocks", layout)` lays out every block of a model (the
+   dict key holds `{}` for the block's index). Attention biases
    the suite did not draw (`b_q, b_k, b_v, b_o`) read as zeros, so a module that always has them
    takes the bias-free protocol functions too.
 2. **A builder**: a function that makes the module from sizes named as the protocol names them
@@ -16,8 +17,8 @@ An adapter says three things, and the toolkit does the rest:
    `part="transformer.h.0.attn"` takes one submodule of what was built.
 3. **A forward**: how the module is called, e.g. `lambda block, x, causal: block(x, mask=...)`.
 
-The protocol-function factories (`layer_norm`, `attention`, `feed_forward`, `transformer_block`,
-`gpt_logits`, `cross_entropy`, `gpt_param_count`) combine them into a function with the
+The protocol-function factories (`layer_norm`, `attention`, `cross_attention`, `feed_forward`,
+`transformer_block`, `decoder_block`, `gpt_logits`, `cross_entropy`, `gpt_param_count`) combine them into a function with the
 protocol's signature. For a torch module the weights go in through `torch.func.functional_call`:
 nothing is copied, so autograd reaches the suite's tensors; any other object (a numpy class) gets
 them as attributes for the length of the call, and its own values back afterwards. `call`,
@@ -42,9 +43,10 @@ from contextlib import contextmanager
 import numpy as np
 
 __all__ = [
-    "T", "cat", "heads", "zeros", "under", "each", "weights",
+    "T", "cat", "heads", "zeros", "norm", "under", "each", "weights",
     "module", "quiet", "call", "capture", "causal_mask", "bad_ids",
-    "layer_norm", "attention", "feed_forward", "transformer_block", "gpt_logits", "cross_entropy", "gpt_param_count",
+    "layer_norm", "attention", "cross_attention", "feed_forward", "transformer_block", "decoder_block", "gpt_logits", "cross_entropy",
+    "gpt_param_count",
 ]
 
 OPTIONAL_BIASES = {"b_q": "W_q", "b_k": "W_k", "b_v": "W_v", "b_o": "W_o"}  # a bias the suite did not draw is zeros, sized by its weight
@@ -116,6 +118,11 @@ def zeros(spec, axis=0):
         return like.new_zeros(like.shape[axis]) if _is_torch(like) else np.zeros(like.shape[axis], like.dtype)
 
     return zero
+
+
+def norm(name, key, *, weight="weight", bias="bias"):
+    """A LayerNorm's layout: norm("ln_1", "ln1") is {"ln_1.weight": "ln1_g", "ln_1.bias": "ln1_b"} (the suite's gain and bias)."""
+    return {f"{name}.{weight}": f"{key}_g", f"{name}.{bias}": f"{key}_b"}
 
 
 def under(prefix, layout):
@@ -331,13 +338,34 @@ def attention(build, layout, forward, *, weights_from=None, part=None):
     def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
         target = module(build, like=x, part=part, d_model=x.shape[-1], n_heads=n_heads, causal=causal)
         values = weights(layout, {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o, "n_heads": n_heads})
-        if weights_from is None:
-            return call(target, values, x, causal, forward=forward)
-        with capture(target, weights_from) as seen:
-            out = call(target, values, x, causal, forward=forward)
-        return out, seen[-1]
+        return _attended(target, values, weights_from, forward, x, causal)
 
     return _named(attention, "attention", "attention(x, W_q, W_k, W_v, W_o, n_heads, causal) -> (out (B, T, d), weights (B, H, T, T))")
+
+
+def _attended(target, values, weights_from, forward, *args):
+    """forward(target, *args) with `values`, and (out, the weights captured at weights_from) where weights_from names a submodule."""
+    if weights_from is None:
+        return call(target, values, *args, forward=forward)
+    with capture(target, weights_from) as seen:
+        out = call(target, values, *args, forward=forward)
+    return out, seen[-1]
+
+
+def cross_attention(build, layout, forward, *, weights_from=None, part=None):
+    """cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads) from build(d_model, n_heads) and forward(module, x, memory).
+
+    forward returns (out, weights (B, H, T, S)), or out alone with weights_from (as for attention)
+    or under ATTENTION_WEIGHTS = False. No mask: every query sees every memory position.
+    """
+
+    def cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], n_heads=n_heads)
+        values = weights(layout, {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o, "n_heads": n_heads})
+        return _attended(target, values, weights_from, forward, x, memory)
+
+    what = "cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads) -> (out (B, T, d), weights (B, H, T, S))"
+    return _named(cross_attention, "cross_attention", what)
 
 
 def feed_forward(build, layout, forward=None, *, part=None):
@@ -358,6 +386,16 @@ def transformer_block(build, layout, forward, *, part=None):
         return call(target, weights(layout, {**params, "n_heads": n_heads}), x, causal, forward=forward)
 
     return _named(transformer_block, "transformer_block", "transformer_block(x, params, n_heads, causal) -> (B, T, d)")
+
+
+def decoder_block(build, layout, forward, *, part=None):
+    """decoder_block(x, memory, params, n_heads) from build(d_model, n_heads, d_ff) and forward(module, x, memory) (causal self-attention inside)."""
+
+    def decoder_block(x, memory, params, n_heads):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], n_heads=n_heads, d_ff=params["W1"].shape[1])
+        return call(target, weights(layout, {**params, "n_heads": n_heads}), x, memory, forward=forward)
+
+    return _named(decoder_block, "decoder_block", "decoder_block(x, memory, params, n_heads) -> (B, T, d)")
 
 
 def gpt_logits(build, layout, forward, *, refuses=(IndexError, RuntimeError), check_ids=False, part=None):

@@ -30,6 +30,8 @@ RUNS = (
     ("adapters.torch_sdpa", "float64"), ("adapters.torch_sdpa", "float32"),
     ("adapters.torch_mha", "float64"), ("adapters.torch_mha", "float32"),
     ("adapters.torch_encoder_layer", "float64"), ("adapters.torch_encoder_layer", "float32"),
+    ("adapters.torch_decoder_layer", "float64"), ("adapters.torch_decoder_layer", "float32"),
+    ("adapters.whisper", "float64"), ("adapters.whisper", "float32"),
     ("adapters.gpt2", "float64"), ("adapters.gpt2", "float32"),
     ("adapters.hooked_transformer", "float64"), ("adapters.hooked_transformer", "float32"),
     ("adapters.mixtral", "float32"), ("adapters.vit", "float32"),

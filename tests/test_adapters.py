@@ -34,13 +34,19 @@ CHOSEN = {  # adapter: (dtype, invariants)
     "hooked_transformer": ("float64", ("attention.weights_are_distributions", "attention.multi_head_is_sum_of_heads",
                                        "block.permutation_equivariant", "block.agrees_with_reference",
                                        "model.tied_output", "model.refuses_bad_ids", "model.agrees_with_reference")),
+    "torch_decoder_layer": ("float64", ("cross_attention.sees_every_memory_position", "cross_attention.cross_agrees_with_reference",
+                                        "cross_attention.block_causal_non_leakage", "cross_attention.block_agrees_with_reference")),
+    "whisper": ("float64", ("attention.causal_non_leakage", "block.residual_identity", "block.agrees_with_reference",
+                            "cross_attention.memory_permutation_invariance", "cross_attention.block_agrees_with_reference",
+                            "norms.layer_norm_known_values")),
     "vit": ("float32", ("attention.weights_are_distributions", "attention.permutation_equivariance", "block.residual_identity",
                         "block.permutation_equivariant", "block.agrees_with_reference")),
     "mixtral": ("float32", ("moe.top_k_gates_select_top_k", "moe.top_k_gates_agrees_with_reference",
                             "moe.load_balancing_loss_agrees_with_reference", "moe.moe_top_1_is_chosen_expert",
                             "moe.moe_agrees_with_reference")),
 }
-NEEDS = {"gpt2": "transformers", "mixtral": "transformers", "vit": "transformers", "hooked_transformer": "transformer_lens"}
+NEEDS = {"gpt2": "transformers", "mixtral": "transformers", "vit": "transformers", "whisper": "transformers",
+         "hooked_transformer": "transformer_lens"}
 
 LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines, 25 at most
     "torch_sdpa.py": 25,
@@ -50,6 +56,8 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
     "hooked_transformer.py": 25,
     "mixtral.py": 25,
     "vit.py": 25,
+    "torch_decoder_layer.py": 25,
+    "whisper.py": 25,
 }
 
 
@@ -142,6 +150,11 @@ def test_layouts_transpose_concatenate_split_heads_and_zero_missing_biases():
     assert out["Q"].shape == (H, d, d // H) and torch.equal(out["Q"][1], W["W_q"][:, 2:])  # head 1: columns D:2D
     assert out["O"].shape == (H, d // H, d) and torch.equal(out["O"][1], W["W_o"][2:])  # head 1: rows D:2D
     assert out["bQ"].shape == (H, d // H) and torch.equal(out["zero"], torch.zeros(d))
+
+
+def test_norm_lays_out_a_layer_norms_gain_and_bias():
+    assert tk.norm("ln_1", "ln1") == {"ln_1.weight": "ln1_g", "ln_1.bias": "ln1_b"}
+    assert tk.norm("ln1", "ln2", weight="w", bias="b") == {"ln1.w": "ln2_g", "ln1.b": "ln2_b"}
 
 
 def test_each_lays_out_every_block_under_its_index():
