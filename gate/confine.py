@@ -44,7 +44,10 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symli
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 KEPT_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_READ_SEARCH")  # what the worker needs to switch to its own uid
-RUNTIME_FILES = (("gate/worker.py", "gate/worker.py"), ("gate/wire.py", "gate/wire.py"), ("invariants/boundary.py", "invariants/boundary.py"))
+SHIPPED_MODULES = {"adapters": "adapters/__init__.py", "adapters.toolkit": "adapters/toolkit.py"}  # the project's code a submission may import
+SHIPPED_FOLDER = "lib"  # where under RUNTIME their copies lie
+RUNTIME_FILES = (("gate/worker.py", "gate/worker.py"), ("gate/wire.py", "gate/wire.py"), ("invariants/boundary.py", "invariants/boundary.py"),
+                 *((path, f"{SHIPPED_FOLDER}/{path}") for path in SHIPPED_MODULES.values()))
 PROBE_SECONDS = 20
 ENV = "INVARIANTS_GATE_TOOL"  # overrides the assignment's [sandbox] tool (tests, and hosts where a probe misleads)
 
@@ -326,7 +329,7 @@ def _namespace_flags(*, network, drop_user):
 
 
 def copy_runtime(target):
-    """Copy the worker's own code (worker.py, wire.py, boundary.py) into `target`, the folder mounted at RUNTIME."""
+    """Copy the worker's own code (worker.py, wire.py, boundary.py) and the SHIPPED_MODULES into `target`, the folder mounted at RUNTIME."""
     root = Path(__file__).resolve().parent.parent
     target = Path(target)
     for src, dst in RUNTIME_FILES:
@@ -334,7 +337,7 @@ def copy_runtime(target):
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / src, path)
     (target / "gate" / "__init__.py").write_text('"""The gate\'s worker code, copied into the sandbox on its own."""\n')
-    for folder in (target, target / "gate", target / "invariants"):
+    for folder in {target} | {target / parent for _, dst in RUNTIME_FILES for parent in Path(dst).parents if parent != Path(".")}:
         os.chmod(folder, 0o755)
     for _, dst in RUNTIME_FILES:
         os.chmod(target / dst, 0o644)

@@ -283,7 +283,8 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
         result.seed = {"mode": "secret", "value": seed, "secret_fingerprint": secret_fingerprint(secret)}
     else:
         result.seed = {"mode": "derandomized", "value": None}
-    result.evidence = scan_files(layout.root, layout.python_files(), forbidden=assignment.forbidden, blocked=set(BLOCKED_PACKAGES))
+    result.evidence = scan_files(layout.root, layout.python_files(), forbidden=assignment.forbidden, blocked=set(BLOCKED_PACKAGES),
+                                 shipped=set(confine.SHIPPED_MODULES))
     _compare_code(result, layout, assignment)
 
     backend = assignment.backend if assignment.backend != "any" else None

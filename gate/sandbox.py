@@ -203,6 +203,7 @@ class Worker:
             "workdir": work_in, "limits": self.limits.for_worker(self.device), "uid": self.uid,
             "network_namespace": self.network_namespace, "confined": self.tool.name if self.tool.confined else None,
             "readable": [submission_in], "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
+            "shipped": {name: f"{confine.SHIPPED_FOLDER}/{path}" for name, path in confine.SHIPPED_MODULES.items()},
             "conventions": self.conventions,
             "submission_root": submission_in, "entry": self.layout.entry, "package": self.layout.package,
             "module_name": self.layout.module_name, "backend": self.backend, "device": self.device, "dtype": self.dtype,

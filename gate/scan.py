@@ -27,8 +27,8 @@ def _matches(name, patterns):
     return [p for p in patterns if fnmatch.fnmatchcase(name, p)]
 
 
-def scan_source(text, filename, *, forbidden, blocked, own_modules=()):
-    """Evidence items ({kind, name, where, detail, source}) found in one file's source text."""
+def scan_source(text, filename, *, forbidden, blocked, own_modules=(), shipped=()):
+    """Evidence items ({kind, name, where, detail, source}) found in one file's source text (`shipped`: modules it may import)."""
     try:
         tree = ast.parse(text, filename=filename)
     except (SyntaxError, ValueError):
@@ -43,7 +43,7 @@ def scan_source(text, filename, *, forbidden, blocked, own_modules=()):
 
     def blocked_module(module):
         top = module.split(".")[0]
-        return top in blocked and top not in own_modules
+        return top in blocked and top not in own_modules and module not in shipped
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -56,8 +56,11 @@ def scan_source(text, filename, *, forbidden, blocked, own_modules=()):
                     top = alias.name.split(".")[0]
                     aliases[top] = top
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if blocked_module(node.module):
-                add("blocked_import", node.module, node, "import of the course's own code")
+            names = [node.module] if node.module not in shipped else [f"{node.module}.{alias.name}" for alias in node.names
+                                                                       if f"{node.module}.{alias.name}" not in shipped]
+            for name in names:  # from adapters import toolkit is the shipped module; from adapters import gpt2 is not
+                if blocked_module(name):
+                    add("blocked_import", name, node, "import of the course's own code")
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
                 aliases[alias.asname or alias.name] = full
@@ -88,14 +91,14 @@ def scan_source(text, filename, *, forbidden, blocked, own_modules=()):
     return sorted(found, key=lambda item: int(item["where"].rsplit(":", 1)[1]) if item["where"].rsplit(":", 1)[1].isdigit() else 0)
 
 
-def scan_files(root, files, *, forbidden, blocked):
+def scan_files(root, files, *, forbidden, blocked, shipped=()):
     """Scan every .py file of a submission (paths relative to root)."""
     own = {f.split("/")[1].removesuffix(".py") for f in files if f.count("/") >= 1} | {f.split("/")[0].removesuffix(".py") for f in files}
     found = []
     for rel in files:
         if rel.endswith(".py"):
             text = (root / rel).read_text(encoding="utf-8", errors="replace")
-            found += scan_source(text, rel, forbidden=forbidden, blocked=blocked, own_modules=own)
+            found += scan_source(text, rel, forbidden=forbidden, blocked=blocked, own_modules=own, shipped=shipped)
     return found
 
 

@@ -184,10 +184,12 @@ def _owner(path):
 
 
 class Guard(importlib.abc.MetaPathFinder):
-    """First on sys.meta_path: refuses the project's own packages and shims forbidden APIs on import."""
+    """First on sys.meta_path: refuses the project's own packages (but for the shipped copies it may import) and shims forbidden APIs on import."""
 
-    def __init__(self, blocked, forbidden, submission_root):
+    def __init__(self, blocked, forbidden, submission_root, shipped=None):
         self.blocked = set(blocked)
+        runtime = Path(__file__).resolve().parent.parent  # this file is RUNTIME/gate/worker.py
+        self.shipped = {name: str(runtime / path) for name, path in (shipped or {}).items()}  # module name -> its copy's file
         self.forbidden = list(forbidden)  # "torch.nn.MultiheadAttention", "torch.nn.Transformer*", ...
         self.root = str(Path(submission_root).resolve())
         self.evidence = []
@@ -231,9 +233,15 @@ class Guard(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.split(".")[0]
+        if fullname in self.shipped and not self._own_module(top):  # the copy under RUNTIME, wherever else the project is installed
+            origin = self.shipped[fullname]
+            package = [os.path.dirname(origin)] if origin.endswith("__init__.py") else None
+            return importlib.util.spec_from_file_location(fullname, origin, submodule_search_locations=package)
         if top in self.blocked and not self._own_module(top):
             self.record("blocked_import", fullname, "import of the course's own code")
-            raise ImportError(f"the gate does not let a submission import {fullname!r}: that is the course's own code", name=fullname)
+            allowed = sorted(name for name in self.shipped if name.split(".")[0] == top and name != top)
+            also = f" (of {top}, a submission may import {' and '.join(allowed)})" if allowed else ""
+            raise ImportError(f"the gate does not let a submission import {fullname!r}: that is the course's own code{also}", name=fullname)
         if fullname in self._hooked:
             for finder in sys.meta_path[sys.meta_path.index(self) + 1 :]:
                 spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
@@ -392,7 +400,7 @@ def main(argv=None):
     if go.get("op") != "load":
         os._exit(0)
 
-    guard = Guard(setup["blocked"], setup["forbidden"], setup["submission_root"])
+    guard = Guard(setup["blocked"], setup["forbidden"], setup["submission_root"], setup.get("shipped"))
     guard.install()
     namespace, problem = load_submission(setup, guard)
     guard.used = set()  # what ran at import time is in the evidence, not charged to the first call

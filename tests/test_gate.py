@@ -171,6 +171,13 @@ def test_source_scan_resolves_aliases():
         ("reference.numpy", "s.py:6")]
 
 
+def test_source_scan_lets_the_shipped_modules_through_and_nothing_beside_them():
+    source = ("from adapters import toolkit as tk\nimport adapters.toolkit\nimport adapters\nfrom adapters import gpt2, toolkit\n"
+              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\n")
+    found = scan_source(source, "s.py", forbidden=[], blocked={"adapters"}, shipped={"adapters", "adapters.toolkit"})
+    assert [(e["name"], e["where"]) for e in found] == [("adapters.gpt2", "s.py:4"), ("adapters.mixtral", "s.py:5")]
+
+
 def test_output_is_escaped_and_capped():
     text = clean_output(b"\x1b[31mred\x1b[0m\x00 ok\n" * 1000, 200)
     assert "\x1b" not in text and "\\u0000" in text and "bytes not shown" in text and len(text) < 400

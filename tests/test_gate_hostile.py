@@ -165,6 +165,19 @@ def test_reference_import_is_evidence_from_scan_and_worker(assignment, tmp_path)
     assert "reference" in (tmp_path / "summary.md").read_text()
 
 
+def test_a_submission_may_use_the_toolkit_the_gate_ships(assignment, tmp_path):
+    result = graded(HOSTILE / "toolkit_layer_norm.py", assignment, tmp_path)
+    assert result.verdict == PASSED, reasons(result)
+    assert not [e for e in result.evidence if e["kind"] == "blocked_import"], result.evidence
+
+
+def test_the_other_adapters_stay_blocked_and_the_reason_names_the_toolkit(assignment, tmp_path):
+    result = graded(HOSTILE / "adapter_import.py", assignment, tmp_path)
+    assert result.verdict == NOT_GRADABLE and "does not let a submission import 'adapters.gpt2'" in result.reason, result.reason
+    assert "a submission may import adapters.toolkit" in result.reason
+    assert {e["source"] for e in result.evidence if e["name"] == "adapters.gpt2"} == {"source scan", "worker"}
+
+
 def test_megabytes_of_output_are_capped_and_escaped(assignment, tmp_path):
     result = graded(HOSTILE / "print_megabytes.py", assignment, tmp_path)
     assert result.verdict == FAILED, reasons(result)
