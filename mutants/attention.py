@@ -274,6 +274,7 @@ def tiles_of_128_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, cau
 @mutant(
     replaces="attention",
     killed_by="attention.causal_non_leakage",
+    also_named_by=("attention.causal_weights_pattern",),  # its hint names the finite fill of -1e4 too
     bug="an additive mask of -1e4 (GPT-2's masked_bias) instead of -inf: the future leaks once scores differ by about 1e4",
 )
 def additive_mask_of_minus_1e4(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
