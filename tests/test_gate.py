@@ -18,7 +18,7 @@ from gate import wire
 from gate.cli import main
 from gate.config import ConfigError, load_assignment
 from gate.grade import derive_seed, grade
-from gate.result import EXIT_CODES, GATE_ERROR, PASSED, STATUSES, without_volatile
+from gate.result import EXIT_CODES, FAILED, GATE_ERROR, PASSED, STATUSES, without_volatile
 from gate.scan import scan_source
 from gate.text import clean_output
 
@@ -195,6 +195,17 @@ def test_same_submission_same_report(tmp_path):
     a = load_assignment(ASSIGNMENT)
     first, second = (without_volatile(grade(HOSTILE / "wrong_shape.py", a).as_dict()) for _ in range(2))
     assert first == second
+
+
+def test_a_declaration_cannot_skip_a_required_invariant(tmp_path):
+    a = load_assignment(write_config(tmp_path, '[assignment]\nbackend = "numpy"\n[examples]\nprofile = "ci"\nmax_examples = 5\n'
+                                               '[[invariants]]\nselect = ["attention.causal_non_leakage", "attention.permutation_equivariance"]\n'))
+    result = grade(HOSTILE / "declares_encoder_only.py", a)
+    assert result.verdict == FAILED and result.submission["declarations"] == {"ENCODER_ONLY": True}
+    by_name = {i.name: i for i in result.invariants}
+    assert by_name["attention.permutation_equivariance"].status == "passed"
+    skipped = by_name["attention.causal_non_leakage"]
+    assert skipped.status == "skipped" and "declares ENCODER_ONLY = True" in skipped.reason and "not a pass" in skipped.reason
 
 
 def test_secret_seed_is_recorded_and_reproducible(tmp_path):
