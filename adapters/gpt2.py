@@ -31,9 +31,9 @@ ATTENTION_BIASES = True
 
 ATTN = {"c_attn.weight": tk.cat("W_q", "W_k", "W_v", dim=1), "c_attn.bias": tk.cat("b_q", "b_k", "b_v"), "c_proj.weight": "W_o", "c_proj.bias": "b_o"}
 MLP = {"c_fc.weight": "W1", "c_fc.bias": "b1", "c_proj.weight": "W2", "c_proj.bias": "b2"}
-BLOCK = {"ln_1.weight": "ln1_g", "ln_1.bias": "ln1_b", "ln_2.weight": "ln2_g", "ln_2.bias": "ln2_b"} | tk.under("attn.", ATTN) | tk.under("mlp.", MLP)
+BLOCK = tk.norm("ln_1", "ln1") | tk.norm("ln_2", "ln2") | tk.under("attn.", ATTN) | tk.under("mlp.", MLP)
 MODEL = {"transformer.wte.weight": "wte", "lm_head.weight": "wte", "transformer.wpe.weight": "wpe",  # lm_head tied: the same tensor
-         "transformer.ln_f.weight": "lnf_g", "transformer.ln_f.bias": "lnf_b", "transformer.h.{}.": tk.each("blocks", BLOCK)}
+         "transformer.h.{}.": tk.each("blocks", BLOCK)} | tk.norm("transformer.ln_f", "lnf")
 
 
 def _gpt2(vocab=1, d_model=1, n_layers=1, max_len=1, n_heads=1, d_ff=None, eps=1e-5):

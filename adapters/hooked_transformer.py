@@ -33,9 +33,9 @@ ATTENTION_BIASES = True
 ATTN = {"W_Q": tk.heads("W_q"), "W_K": tk.heads("W_k"), "W_V": tk.heads("W_v"), "W_O": tk.heads("W_o", rows=True),
         "b_Q": tk.heads("b_q"), "b_K": tk.heads("b_k"), "b_V": tk.heads("b_v"), "b_O": "b_o"}
 FFN = {"W_in": "W1", "b_in": "b1", "W_out": "W2", "b_out": "b2"}
-BLOCK = {"ln1.w": "ln1_g", "ln1.b": "ln1_b", "ln2.w": "ln2_g", "ln2.b": "ln2_b"} | tk.under("attn.", ATTN) | tk.under("mlp.", FFN)
+BLOCK = tk.norm("ln1", "ln1", weight="w", bias="b") | tk.norm("ln2", "ln2", weight="w", bias="b") | tk.under("attn.", ATTN) | tk.under("mlp.", FFN)
 MODEL = {"embed.W_E": "wte", "pos_embed.W_pos": "wpe", "unembed.W_U": tk.T("wte"), "unembed.b_U": tk.zeros("wte"),  # the head tied to wte
-         "ln_final.w": "lnf_g", "ln_final.b": "lnf_b", "blocks.{}.": tk.each("blocks", BLOCK)}
+         "blocks.{}.": tk.each("blocks", BLOCK)} | tk.norm("ln_final", "lnf", weight="w", bias="b")
 
 
 def _config(vocab=1, d_model=1, n_layers=1, max_len=1, n_heads=1, d_ff=None, eps=1e-5, causal=True, dtype=None, device=None):

@@ -29,7 +29,7 @@ ATTENTION_BIASES = True
 ATTN = {"in_proj_weight": tk.cat(tk.T("W_q"), tk.T("W_k"), tk.T("W_v")), "in_proj_bias": tk.cat("b_q", "b_k", "b_v"),
         "out_proj.weight": tk.T("W_o"), "out_proj.bias": "b_o"}
 FFN = {"linear1.weight": tk.T("W1"), "linear1.bias": "b1", "linear2.weight": tk.T("W2"), "linear2.bias": "b2"}
-BLOCK = {"norm1.weight": "ln1_g", "norm1.bias": "ln1_b", "norm2.weight": "ln2_g", "norm2.bias": "ln2_b"} | tk.under("self_attn.", ATTN) | FFN
+BLOCK = tk.norm("norm1", "ln1") | tk.norm("norm2", "ln2") | tk.under("self_attn.", ATTN) | FFN
 
 
 def _layer(d_model, n_heads=1, d_ff=1, eps=1e-5):

@@ -27,8 +27,7 @@ ENCODER_ONLY = True
 
 ATTN = {f"{p}_proj.{kind}": spec for p in "qkvo" for kind, spec in (("weight", tk.T(f"W_{p}")), ("bias", f"b_{p}"))}
 MLP = {"fc1.weight": tk.T("W1"), "fc1.bias": "b1", "fc2.weight": tk.T("W2"), "fc2.bias": "b2"}
-BLOCK = {"layernorm_before.weight": "ln1_g", "layernorm_before.bias": "ln1_b", "layernorm_after.weight": "ln2_g",
-         "layernorm_after.bias": "ln2_b"} | tk.under("attention.", ATTN) | tk.under("mlp.", MLP)
+BLOCK = tk.norm("layernorm_before", "ln1") | tk.norm("layernorm_after", "ln2") | tk.under("attention.", ATTN) | tk.under("mlp.", MLP)
 
 
 def _layer(d_model, n_heads=1, d_ff=1, eps=1e-5):
