@@ -7,6 +7,7 @@ Each module is an implementation the suite can load (BACKEND plus protocol funct
     pytest --pyargs invariants --impl adapters.torch_encoder_layer   nn.TransformerEncoderLayer(norm_first=True): a pre-norm block, erf GELU
     pytest --pyargs invariants --impl adapters.torch_decoder_layer   nn.TransformerDecoderLayer(norm_first=True): the encoder-decoder's decoder block
     pytest --pyargs invariants --impl adapters.gpt2                  transformers' GPT-2 block, model and parameter count
+    pytest --pyargs invariants --impl adapters.gpt_neo --impl-dtype float32   transformers' GPT-Neo (unscaled scores, CAUSAL_ONLY)
     pytest --pyargs invariants --impl adapters.whisper               transformers' Whisper encoder and decoder layers (cross-attention)
     pytest --pyargs invariants --impl adapters.hooked_transformer    TransformerLens's HookedTransformer: GPT-2 re-implemented, with hooks
     pytest --pyargs invariants --impl adapters.vit --impl-dtype float32   transformers' ViTLayer: a pre-norm encoder block (ENCODER_ONLY)

@@ -39,13 +39,15 @@ CHOSEN = {  # adapter: (dtype, invariants)
     "whisper": ("float64", ("attention.causal_non_leakage", "block.residual_identity", "block.agrees_with_reference",
                             "cross_attention.memory_permutation_invariance", "cross_attention.block_agrees_with_reference",
                             "norms.layer_norm_known_values")),
+    "gpt_neo": ("float32", ("attention.causal_non_leakage", "attention.agrees_with_reference", "block.agrees_with_reference",
+                            "model.causal_non_leakage", "model.tied_output", "model.agrees_with_reference")),
     "vit": ("float32", ("attention.weights_are_distributions", "attention.permutation_equivariance", "block.residual_identity",
                         "block.permutation_equivariant", "block.agrees_with_reference")),
     "mixtral": ("float32", ("moe.top_k_gates_select_top_k", "moe.top_k_gates_agrees_with_reference",
                             "moe.load_balancing_loss_agrees_with_reference", "moe.moe_top_1_is_chosen_expert",
                             "moe.moe_agrees_with_reference")),
 }
-NEEDS = {"gpt2": "transformers", "mixtral": "transformers", "vit": "transformers", "whisper": "transformers",
+NEEDS = {"gpt2": "transformers", "gpt_neo": "transformers", "mixtral": "transformers", "vit": "transformers", "whisper": "transformers",
          "hooked_transformer": "transformer_lens"}
 
 LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines, 25 at most
@@ -56,6 +58,7 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
     "hooked_transformer.py": 25,
     "mixtral.py": 25,
     "vit.py": 25,
+    "gpt_neo.py": 25,
     "torch_decoder_layer.py": 25,
     "whisper.py": 25,
 }
