@@ -12,7 +12,7 @@ Conventions converted:
 - Its attention is always causal (a mask buffer of max_position_embeddings, 1,024 for the block
   and attention alone): CAUSAL_ONLY = True. Every layer is "global" (no local window).
 - It computes the scores in float32 whatever the input: run it with --impl-dtype float32
-  (in float64 the attention, block and model agreement checks fail by float32 rounding).
+  (in float64 the attention, block and model agreement checks and attention.weights_are_distributions fail by float32 rounding).
 """
 
 import math
