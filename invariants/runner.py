@@ -79,6 +79,21 @@ class Case:
         return value
 
 
+def _drawer(data):
+    """draw(strategy, label) on hypothesis's st.data() object, by its ConjectureData where there is one.
+
+    DataObject.draw wraps every draw in a check that the strategy left the global random alone (two
+    copies of random's state) and formats a note for the final replay; the choices drawn are the
+    same either way. Case records and reports the draws itself, and an invariant draws about 20
+    times per example, so the direct draw makes the soak about a fifth faster (benchmarks/suite_speed.py).
+    The attribute is hypothesis's own (6.x); where it is not found, data.draw is used.
+    """
+    conjecture_data = getattr(data, "conjecture_data", None)
+    if conjecture_data is None:
+        return data.draw
+    return lambda strategy, label: conjecture_data.draw(strategy)
+
+
 def describe_value(value):
     """Shapes and dtypes first; small arrays in full."""
     if isinstance(value, np.ndarray):
@@ -132,7 +147,7 @@ class _Search:
             if self.shrink_limit is not None and self.after_failure > self.shrink_limit:
                 self.limit_reached = True
                 raise _ShrinkLimitReached()
-        self.case = Case(data.draw)
+        self.case = Case(_drawer(data))
         self.impl.calls = self.case.calls  # recorded per example: a failing one's calls become its repro
         try:
             self.inv(self.impl, self.case)
