@@ -53,8 +53,8 @@ def rope_inputs(*, min_batch=1, max_batch=2, min_heads=1, max_heads=2, min_seq=1
                 max_position=64, bases=ROPE_BASES):
     """dicts {x (B, H, T, D), positions (T,) int64, base}, in the order rope takes them; D = 2·pairs (even by construction).
 
-    positions are T distinct integers in [0, max_position], drawn in any order (a cache's positions are
-    contiguous, but RoPE is a function of each position alone). Positions stay small by default so that
+    positions are T distinct integers in [0, max_position], in any order (a cache's positions are
+    contiguous, but RoPE is a function of each position alone), drawn by rank so that none is rejected. Positions stay small by default so that
     an angle p·θ_0 = p carries little rounding in float32 (its error grows with p); bases are drawn from `bases`.
     """
     check_int_range("batch", min_batch, max_batch, low=1)
@@ -70,13 +70,29 @@ def rope_inputs(*, min_batch=1, max_batch=2, min_heads=1, max_heads=2, min_seq=1
     return _rope_inputs(min_batch, max_batch, min_heads, max_heads, min_seq, max_seq, min_pairs, max_pairs, max_position, bases)
 
 
+def _unused_by_rank(ranks):
+    """Distinct positions from ranks: the i-th is the ranks[i]-th smallest position not taken before it (0, 1, 2, ... for ranks of 0).
+
+    Every rank is valid, so nothing is rejected (a unique list of drawn positions rejected up to
+    45% of its examples), and ranks shrinking to 0 shrink the positions to a contiguous cache.
+    """
+    taken = []
+    for rank in ranks:
+        position = rank
+        for used in sorted(taken):  # each taken position at or below the candidate pushes it up by one
+            position += used <= position
+        taken.append(position)
+    return taken
+
+
 @cache
 def _rope_inputs(min_batch, max_batch, min_heads, max_heads, min_seq, max_seq, min_pairs, max_pairs, max_position, bases):
     @st.composite
     def inputs(draw):
         B, H = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_heads, max_heads))
         T, D = draw(st.integers(min_seq, max_seq)), 2 * draw(st.integers(min_pairs, max_pairs))
-        positions = draw(st.lists(st.integers(0, max_position), min_size=T, max_size=T, unique=True))
+        ranks = [draw(st.integers(0, max_position - i)) for i in range(T)]  # the i-th: which of the positions left
+        positions = _unused_by_rank(ranks)
         rng = np.random.default_rng(draw(seeds()))
         return {"x": rng.standard_normal((B, H, T, D)), "positions": np.array(positions, dtype=np.int64), "base": draw(st.sampled_from(bases))}
 

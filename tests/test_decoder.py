@@ -6,13 +6,15 @@ is killed by the invariant that names it in tests/test_mutants.py; this file cov
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference.numpy as rn
-from invariants import REGISTRY, Implementation, all_invariants, run_invariant
+from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant
 from invariants.conventions import Declared
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS, PROTOCOL_VERSION
@@ -20,6 +22,7 @@ from strategies import InvalidArgument
 from strategies.decoder import (
     KEY_MASK_PATTERNS,
     LlamaConfig,
+    _unused_by_rank,
     cross_inputs,
     decode_schedules,
     gqa_inputs,
@@ -160,6 +163,28 @@ def test_gqa_inputs_are_valid_by_construction(inputs):
     assert q.shape[1] % k.shape[1] == 0 and k.shape == v.shape and k.shape[2] >= q.shape[2]
     assert inputs["window"] is None or (inputs["causal"] and 1 <= inputs["window"] <= k.shape[2] + 1)
     assert inputs["key_mask"] is None or inputs["key_mask"].shape == (q.shape[0], k.shape[2])
+
+
+@FEW
+@given(rope_inputs(max_seq=6, max_position=7))
+def test_rope_positions_are_distinct_and_in_range(inputs):
+    positions = inputs["positions"]
+    assert positions.dtype == np.int64 and len(set(positions.tolist())) == len(positions) == inputs["x"].shape[2]
+    assert positions.min() >= 0 and positions.max() <= 7
+
+
+def test_rope_positions_by_rank_reach_every_arrangement_once():
+    # 3 distinct positions out of 0..4 in order: 5·4·3 arrangements, one for each rank tuple; ranks of 0 are a contiguous cache
+    arrangements = {tuple(_unused_by_rank(list(r))) for r in itertools.product(range(5), range(4), range(3))}
+    assert len(arrangements) == 60 and all(len(set(a)) == 3 and max(a) <= 4 for a in arrangements)
+    assert _unused_by_rank([0, 0, 0]) == [0, 1, 2]
+
+
+def test_rope_invariants_reject_few_examples():
+    # drawn by rank, positions need no rejection: 200 examples cost about 200 calls, not the ~360 a unique list took
+    impl = load_implementation("reference.numpy")
+    outcome = run_invariant(REGISTRY["rope.agrees_with_reference"], impl, settings=settings(FEW, max_examples=200))
+    assert outcome.passed and outcome.examples <= 220
 
 
 @FEW
