@@ -9,7 +9,7 @@ import pytest
 from hypothesis import strategies as st
 
 import reference.numpy as ref
-from invariants import REGISTRY, Implementation, all_invariants, run_invariant
+from invariants import REGISTRY, Implementation, all_invariants, run_invariant, runner
 from invariants.conventions import Declared
 from invariants.profiles import profile_settings
 from invariants.protocol import TransportLost
@@ -182,3 +182,22 @@ def test_a_derandomized_run_draws_the_same_whatever_the_process_imported_before(
     finally:
         del sys.modules["host_constants"]  # so that this worker's later hypothesis runs never see its literals
     assert drawn == before and len(before) == CI.max_examples
+
+
+def test_drawing_through_conjecture_data_draws_and_reports_what_data_draw_would(monkeypatch):
+    # the runner's direct draw skips st.data()'s per-draw bookkeeping only: the same examples, the same shrunk counterexample
+    layer_norm = REGISTRY["norms.layer_norm_agrees_with_reference"]
+    direct = run_invariant(layer_norm, _impl(layer_norm=_unbiased_layer_norm), settings=CI)
+    monkeypatch.setattr(runner, "_drawer", lambda data: data.draw)
+    through_data = run_invariant(layer_norm, _impl(layer_norm=_unbiased_layer_norm), settings=CI)
+    assert direct.status == through_data.status == "failed"
+    assert (direct.examples, direct.example, direct.problem) == (through_data.examples, through_data.example, through_data.problem)
+
+
+def test_without_conjecture_data_the_draw_is_st_datas_own():
+    class Data:
+        def draw(self, strategy, label=None):
+            return (strategy, label)
+
+    data = Data()
+    assert runner._drawer(data) == data.draw
