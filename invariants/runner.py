@@ -85,7 +85,7 @@ def _drawer(data):
     DataObject.draw wraps every draw in a check that the strategy left the global random alone (two
     copies of random's state) and formats a note for the final replay; the choices drawn are the
     same either way. Case records and reports the draws itself, and an invariant draws about 20
-    times per example, so the direct draw makes the soak about a fifth faster (benchmarks/suite_speed.py).
+    times per example, so the direct draw saves about a tenth of an example's CPU time (docs/power.md).
     The attribute is hypothesis's own (6.x); where it is not found, data.draw is used.
     """
     conjecture_data = getattr(data, "conjecture_data", None)

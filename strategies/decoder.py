@@ -54,8 +54,9 @@ def rope_inputs(*, min_batch=1, max_batch=2, min_heads=1, max_heads=2, min_seq=1
     """dicts {x (B, H, T, D), positions (T,) int64, base}, in the order rope takes them; D = 2·pairs (even by construction).
 
     positions are T distinct integers in [0, max_position], in any order (a cache's positions are
-    contiguous, but RoPE is a function of each position alone), drawn by rank so that none is rejected. Positions stay small by default so that
-    an angle p·θ_0 = p carries little rounding in float32 (its error grows with p); bases are drawn from `bases`.
+    contiguous, but RoPE is a function of each position alone), drawn by rank so that none is rejected.
+    Positions stay small by default so that an angle p·θ_0 = p carries little rounding in float32 (its
+    error grows with p); bases are drawn from `bases`.
     """
     check_int_range("batch", min_batch, max_batch, low=1)
     check_int_range("heads", min_heads, max_heads, low=1)
