@@ -22,7 +22,16 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
 from invariants.attention import attention_output
-from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, PROTOCOL_EPS, attention_biases, causal_modes, d_ff_for, layer_norm_eps
+from invariants.conventions import (
+    NO_DECODER_MODE,
+    NO_ENCODER_MODE,
+    PROTOCOL_EPS,
+    attention_biases,
+    biases_as_declared,
+    causal_modes,
+    d_ff_for,
+    layer_norm_eps,
+)
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
@@ -53,10 +62,11 @@ def _shape_and_input(case, *, min_seq=1, wide=False, long_lengths=(), max_scale=
 
 
 def block_params_for(impl, d_model, *, attn_bias=None):
-    """block_params of width d_model that impl can take: its feed-forward width, and the attention biases only if it
-    declares ATTENTION_BIASES = True (attn_bias=False leaves them out whatever it declares)."""
+    """block_params of width d_model that impl can take: its feed-forward width, the attention biases only if it
+    declares ATTENTION_BIASES = True (attn_bias=False leaves them out whatever it declares), and zero norm or
+    feed-forward biases where it declares LAYER_NORM_BIAS or FEED_FORWARD_BIASES = False."""
     bias = False if attn_bias is False else attention_biases(impl)
-    return block_params(d_model, d_ff=d_ff_for(impl, d_model), attn_bias=bias)
+    return biases_as_declared(impl, block_params(d_model, d_ff=d_ff_for(impl, d_model), attn_bias=bias))
 
 
 def draw_causal(impl, case):

@@ -13,8 +13,11 @@ and the block's and the model's agreement with the reference).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 PROTOCOL_EPS = 1e-5  # the eps the suite passes to layer_norm and rms_norm, and the one the protocol's block uses
 
@@ -73,6 +76,12 @@ CONVENTIONS = {
                    "layer_norm always uses this eps, whatever it is passed: the norm invariants pass it, the reference "
                    "block and model use it, and the scale law (which needs eps/c²) is skipped",
                    valid=_positive, requirement="> 0"),
+        Convention("LAYER_NORM_BIAS", (True, False), True,
+                   "False (a LayerNorm without a bias: nn.LayerNorm(bias=False), x-transformers, nanoGPT's bias=False): layer_norm, "
+                   "the blocks' and the model's norms are given zero biases (ln1_b, ln2_b, ln3_b, lnf_b)"),
+        Convention("FEED_FORWARD_BIASES", (True, False), True,
+                   "False (feed-forward layers without biases: nn.TransformerEncoderLayer(bias=False), nanoGPT's bias=False): "
+                   "feed_forward, the blocks, the model and moe's GELU experts are given zero b1 and b2"),
         Convention("RMS_NORM_EPS", (float,), None,
                    "rms_norm always uses this eps, whatever it is passed: the invariants pass it, and the scale law "
                    "(which needs eps/c²) is skipped", valid=_positive, requirement="> 0"),
@@ -172,6 +181,32 @@ def rms_norm_eps(impl):
 def attention_biases(impl):
     """The attn_bias choice of the block and model strategies for impl: None (with and without) if it declares support, else False."""
     return None if declared(impl, "ATTENTION_BIASES") else False
+
+
+# the params' biases that a declaration can leave out, by convention
+_BIASES_LEFT_OUT = {"LAYER_NORM_BIAS": frozenset({"ln1_b", "ln2_b", "ln3_b", "lnf_b"}), "FEED_FORWARD_BIASES": frozenset({"b1", "b2"})}
+
+
+def has_layer_norm_bias(impl):
+    """Whether impl's LayerNorms add a bias (the default), or take none (LAYER_NORM_BIAS = False)."""
+    return declared(impl, "LAYER_NORM_BIAS")
+
+
+def biases_as_declared(impl, strategy):
+    """strategy (of params dicts, or lists of them) with the norm and feed-forward biases impl declares it has not set to zeros.
+
+    The zeros are what the implementation computes with, so they are what the failure report shows.
+    """
+    left_out = frozenset().union(*(names for name, names in _BIASES_LEFT_OUT.items() if not declared(impl, name)))
+    return strategy.map(functools.partial(_zero_biases, names=left_out)) if left_out else strategy
+
+
+def _zero_biases(value, names):
+    if isinstance(value, dict):
+        return {k: np.zeros_like(v) if k in names else _zero_biases(v, names) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_zero_biases(v, names) for v in value)
+    return value
 
 
 def causal_modes(impl):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import d_ff_for, layer_norm_eps, returns_weights
+from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps, returns_weights
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance, layer_norm_condition
@@ -152,7 +152,7 @@ _OUTPUTS = ("W_o", "Wc_o", "W2", "b2")  # what the three sublayers' outputs are 
 def _block_case(impl, case, *, min_seq=1, min_memory=1):
     inputs = case.draw(cross_inputs(min_seq=min_seq, min_memory=min_memory), "x, memory and n_heads (the W's unused)")
     d = inputs["x"].shape[-1]
-    params = case.draw(decoder_block_params(d, d_ff=d_ff_for(impl, d)), "params")
+    params = case.draw(biases_as_declared(impl, decoder_block_params(d, d_ff=d_ff_for(impl, d))), "params")
     return inputs["x"], inputs["memory"], params, inputs["n_heads"]
 
 

@@ -26,8 +26,19 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_dtype, assert_value, assert_where
-from invariants.conventions import attention_biases, causal_modes, d_ff_for, declared, layer_norm_eps, returns_weights, rms_norm_eps
+from invariants.block import block_params_for
+from invariants.conventions import (
+    attention_biases,
+    biases_as_declared,
+    causal_modes,
+    d_ff_for,
+    declared,
+    layer_norm_eps,
+    returns_weights,
+    rms_norm_eps,
+)
 from invariants.moe import moe_params_for
+from invariants.norms import gains_and_biases_for
 from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 from strategies.activation import activation_inputs
@@ -49,7 +60,7 @@ from strategies.decoder import (
 from strategies.feed_forward import feed_forward_weights, hidden_states
 from strategies.moe import moe_shapes, moe_tokens, router_logits
 from strategies.norms import gains_and_biases, norm_rows
-from strategies.params import block_params, gpt_configs, gpt_params, token_ids
+from strategies.params import gpt_configs, gpt_params, token_ids
 from strategies.softmax import logits, targets
 
 # Protocol functions whose answers are not floating arrays, with what they return: no dtype to keep.
@@ -161,7 +172,7 @@ def softmax_keeps_dtype(impl, case):
 def layer_norm_keeps_dtype(impl, case):
     """layer_norm(x, gain, bias, eps) has x's dtype, eps being a Python float."""
     x = case.draw(norm_rows(max_rows=3, max_d=8), "x")
-    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    g, b = case.draw(gains_and_biases_for(impl, x.shape[-1]), "gain, bias")
     assert_keeps_dtype(impl, "layer_norm", (x, g, b, layer_norm_eps(impl)))  # a Python float, as the suite always passes eps
 
 
@@ -222,7 +233,7 @@ def feed_forward_keeps_dtype(impl, case):
     x = case.draw(hidden_states(max_batch=2, max_seq=3, max_d=6), "x")  # (B, T, d)
     d_ff = d_ff_for(impl, x.shape[-1])  # None unless FEED_FORWARD_RATIO is declared
     widths = dict(min_hidden=1, max_hidden=8) if d_ff is None else dict(min_hidden=d_ff, max_hidden=d_ff)
-    p = case.draw(feed_forward_weights(x.shape[-1], **widths), "W1, b1, W2, b2")
+    p = case.draw(biases_as_declared(impl, feed_forward_weights(x.shape[-1], **widths)), "W1, b1, W2, b2")
     assert_keeps_dtype(impl, "feed_forward", (x, p["W1"], p["b1"], p["W2"], p["b2"]))
 
 
@@ -235,7 +246,7 @@ def transformer_block_keeps_dtype(impl, case):
     """transformer_block(x, params, n_heads, causal) has x's dtype."""
     shape = case.draw(attention_shapes(max_batch=2, max_seq=4, max_heads=2, max_d_head=3), "shape")
     x = case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
-    params = case.draw(block_params(shape.d_model, d_ff=d_ff_for(impl, shape.d_model), attn_bias=attention_biases(impl)), "params")
+    params = case.draw(block_params_for(impl, shape.d_model), "params")
     causal = case.draw(st.sampled_from(causal_modes(impl)), "causal")
     assert_keeps_dtype(impl, "transformer_block", (x, params, shape.n_heads, causal))
 
@@ -249,7 +260,7 @@ def gpt_logits_keeps_dtype(impl, case):
     """gpt_logits(ids, params, n_heads) has the dtype of the params (the ids are int64)."""
     sizes = dict(max_vocab=6, max_max_len=4, max_layers=1, max_heads=2, max_d_head=3)
     config = case.draw(gpt_configs(**sizes, attn_bias=attention_biases(impl)), "config")
-    params = case.draw(gpt_params(config), "params")
+    params = case.draw(biases_as_declared(impl, gpt_params(config)), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=2, max_seq=config.max_len), "ids")
     assert_keeps_dtype(impl, "gpt_logits", (ids, params, config.n_heads))
 
@@ -369,5 +380,5 @@ def cross_attention_keeps_dtype(impl, case):
 def decoder_block_keeps_dtype(impl, case):
     """decoder_block(x, memory, params, n_heads) has x's dtype."""
     inputs = case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs")
-    params = case.draw(decoder_block_params(inputs["x"].shape[-1], d_ff=d_ff_for(impl, inputs["x"].shape[-1])), "params")
+    params = case.draw(biases_as_declared(impl, decoder_block_params(inputs["x"].shape[-1], d_ff=d_ff_for(impl, inputs["x"].shape[-1]))), "params")
     assert_keeps_dtype(impl, "decoder_block", (inputs["x"], inputs["memory"], params, inputs["n_heads"]))

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape
-from invariants.conventions import d_ff_for
+from invariants.conventions import biases_as_declared, d_ff_for
 from invariants.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -25,7 +25,7 @@ def _draw(impl, case, **states):
     d = x.shape[-1]
     fixed = d_ff_for(impl, d)
     widths = dict(min_hidden=1, max_hidden=4 * d) if fixed is None else dict(min_hidden=fixed, max_hidden=fixed)
-    p = case.draw(feed_forward_weights(d, **widths), "W1, b1, W2, b2")
+    p = case.draw(biases_as_declared(impl, feed_forward_weights(d, **widths)), "W1, b1, W2, b2")
     return x, p
 
 
@@ -78,7 +78,8 @@ def feed_forward_permutation_equivariant(impl, case):
 
 @invariant(
     requires=("feed_forward",),
-    hint="b2 is dropped, or the GELU (or another step) is applied after W2: with W2 = 0 the output must be b2 at every token",
+    hint="b2 is dropped, or the GELU (or another step) is applied after W2: with W2 = 0 the output must be b2 at every token; "
+    "feed-forward layers built without biases (bias=False) declare FEED_FORWARD_BIASES = False",
 )
 def feed_forward_zero_W2_gives_b2(impl, case):
     """With W2 = 0 the output is b2 at every token, exactly (0·h sums to 0 and 0 + b2 = b2), so W2 = 0, b2 = 0 gives exactly 0."""

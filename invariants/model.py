@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
 from invariants.block import norms_condition, silenced
-from invariants.conventions import attention_biases, declared, layer_norm_eps
+from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
@@ -47,7 +47,7 @@ def _model_case(impl, case, *, min_seq=1, spare_positions=0, wide=False, long_le
         positions = long + spare_positions
         config = case.draw(configs_for(impl, min_max_len=positions, max_max_len=positions, **widths, **narrow), "config")
         min_ids = max_ids = long
-    params = case.draw(gpt_params(config), "params")
+    params = case.draw(biases_as_declared(impl, gpt_params(config)), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_ids, max_seq=max_ids), "ids")
     return config, params, ids
 
@@ -193,7 +193,7 @@ def refuses_bad_ids(impl, case):
     """gpt_logits raises ValueError for an id >= vocab, a negative id, or a sequence longer than max_len."""
     problem = case.draw(st.sampled_from(BAD_INPUTS), "problem")
     config = case.draw(configs_for(impl, max_layers=1), "config")
-    params = case.draw(gpt_params(config), "params")
+    params = case.draw(biases_as_declared(impl, gpt_params(config)), "params")
     if problem == "more tokens than max_len":
         ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=config.max_len + 1, max_seq=config.max_len + 3), "ids")
     else:

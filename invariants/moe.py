@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import Declared, d_ff_for, declared, expert_function
+from invariants.conventions import Declared, biases_as_declared, d_ff_for, declared, expert_function
 from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -308,8 +308,9 @@ def load_balancing_loss_agrees_with_reference(impl, case):
 
 
 def moe_params_for(impl, d_model, n_experts, d_ff_default=None):
-    """moe_params impl's moe can take: experts of the declared EXPERT_FFN, FEED_FORWARD_RATIO·d wide where declared."""
-    return moe_params(d_model, n_experts, d_ff=d_ff_for(impl, d_model, d_ff_default), expert_ffn=declared(impl, "EXPERT_FFN"))
+    """moe_params impl's moe can take: experts of the declared EXPERT_FFN, FEED_FORWARD_RATIO·d wide, without biases where declared."""
+    params = moe_params(d_model, n_experts, d_ff=d_ff_for(impl, d_model, d_ff_default), expert_ffn=declared(impl, "EXPERT_FFN"))
+    return biases_as_declared(impl, params)
 
 
 def _moe_case(impl, case, shapes):

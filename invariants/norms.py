@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
-from invariants.conventions import PROTOCOL_EPS, Declared, declared, declared_skip, layer_norm_eps, rms_norm_eps
+from invariants.conventions import PROTOCOL_EPS, Declared, declared, declared_skip, has_layer_norm_bias, layer_norm_eps, rms_norm_eps
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
@@ -48,6 +48,16 @@ def _exact_scaling(impl):
 
 def _plain(d):
     return np.ones(d), np.zeros(d)  # gain 1, bias 0
+
+
+def gains_and_biases_for(impl, d):
+    """gains_and_biases(d) for impl's layer_norm: the biases zero where it declares LAYER_NORM_BIAS = False."""
+    return gains_and_biases(d) if has_layer_norm_bias(impl) else gains_and_biases(d).map(_without_bias)
+
+
+def _without_bias(gain_and_bias):
+    gain, bias = gain_and_bias
+    return gain, np.zeros_like(bias)
 
 
 def _layer_norm(impl, x, g, b, eps, call):
@@ -119,12 +129,13 @@ def layer_norm_shift_invariance(impl, case):
 
 @invariant(
     requires=("layer_norm",),
-    hint="the gain or the bias is dropped, or applied before normalising (LN(g·x + b) instead of g·LN(x) + b)",
+    hint="the gain or the bias is dropped, or applied before normalising (LN(g·x + b) instead of g·LN(x) + b); "
+    "a LayerNorm built without a bias (nn.LayerNorm(bias=False)) declares LAYER_NORM_BIAS = False",
 )
 def layer_norm_affine(impl, case):
     """layer_norm(x; g, b) = g·layer_norm(x; 1, 0) + b, gain and bias applied after normalising."""
     x = case.draw(norm_rows(zero_rows=True), "x")
-    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    g, b = case.draw(gains_and_biases_for(impl, x.shape[-1]), "gain, bias")
     ones, zeros = _plain(x.shape[-1])
     eps = layer_norm_eps(impl)
     call = f"layer_norm(x, g, b, {eps}) vs g·layer_norm(x, ones, zeros, {eps}) + b"
@@ -218,7 +229,7 @@ def layer_norm_agrees_with_reference(impl, case):
     Both at eps = 1e-5, or at the declared LAYER_NORM_EPS; rows of zeros (LN(0) = b exactly) are drawn too.
     """
     x = case.draw(norm_rows(zero_rows=True), "x")
-    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    g, b = case.draw(gains_and_biases_for(impl, x.shape[-1]), "gain, bias")
     eps = layer_norm_eps(impl)
     call = f"layer_norm(x, g, b, {eps})"
     got = _layer_norm(impl, x, g, b, eps, call)
@@ -255,7 +266,7 @@ def layer_norm_large_rows(impl, case):
     statistics' squares are large, and a correct norm computes them in a wider type.
     """
     x = case.draw(norm_rows(**LARGE_ROWS), "x")
-    g, b = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    g, b = case.draw(gains_and_biases_for(impl, x.shape[-1]), "gain, bias")
     eps = layer_norm_eps(impl)
     call = f"layer_norm(x, g, b, {eps}) with max|x| = {np.abs(x).max():g}"
     got = assert_finite(_layer_norm(impl, x, g, b, eps, call), "layer_norm output", call)

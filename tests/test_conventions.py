@@ -404,6 +404,96 @@ def test_without_the_declaration_other_widths_are_drawn(name):
     assert status == "error" and "built for d_ff = 2·d_model" in report, report
 
 
+# -- LAYER_NORM_BIAS, FEED_FORWARD_BIASES --------------------------------------------------------------------
+
+
+NORM_BIASES, FEED_FORWARD_BIASES = ("ln1_b", "ln2_b", "lnf_b"), ("b1", "b2")
+
+
+def _refuse_biases(params, names):
+    for name in names:
+        if name in params and bool((params[name] != 0).any()):
+            raise ValueError(f"this implementation has no {name}, and was given a nonzero one")
+
+
+def bias_free_members(*, refuse):
+    """Protocol functions without LayerNorm and feed-forward biases: they leave the biases out, or (refuse=True) refuse nonzero ones."""
+
+    def dropped(params, names):
+        if refuse:
+            _refuse_biases(params, names)
+        return {k: torch.zeros_like(v) if k in names else v for k, v in params.items()}
+
+    def layer_norm(x, gain, bias, eps=1e-5):
+        return rt.layer_norm(x, gain, dropped({"bias": bias}, ("bias",))["bias"], eps)
+
+    def feed_forward(x, W1, b1, W2, b2):
+        p = dropped({"b1": b1, "b2": b2}, FEED_FORWARD_BIASES)
+        return rt.feed_forward(x, W1, p["b1"], W2, p["b2"])
+
+    def transformer_block(x, params, n_heads, causal):
+        return rt.transformer_block(x, dropped(params, NORM_BIASES + FEED_FORWARD_BIASES), n_heads, causal)
+
+    def gpt_logits(ids, params, n_heads):
+        blocks = [dropped(block, NORM_BIASES + FEED_FORWARD_BIASES) for block in params["blocks"]]
+        return rt.gpt_logits(ids, {**dropped(params, NORM_BIASES), "blocks": blocks}, n_heads)
+
+    def moe(x, router, experts, k):
+        return rt.moe(x, router, [dropped(expert, FEED_FORWARD_BIASES) for expert in experts], k)
+
+    return dict(layer_norm=layer_norm, feed_forward=feed_forward, transformer_block=transformer_block, gpt_logits=gpt_logits, moe=moe,
+                attention=rt.attention, gelu=rt.gelu)
+
+
+BIAS_FREE = dict(LAYER_NORM_BIAS=False, FEED_FORWARD_BIASES=False)
+BIAS_READERS = [*[n for n in _names("norms") if n.startswith("norms.layer_norm")], *_names("feed_forward", "block", "model"),
+                "moe.moe_dense_when_k_equals_n", "moe.moe_top_1_is_chosen_expert", "moe.moe_agrees_with_reference",
+                "dtypes.layer_norm_keeps_dtype", "dtypes.feed_forward_keeps_dtype", "dtypes.transformer_block_keeps_dtype",
+                "dtypes.gpt_logits_keeps_dtype"]
+
+
+def test_declared_bias_free_norms_and_feed_forwards_are_given_zero_biases_everywhere():
+    assert_passes(BIAS_READERS, _impl("no norm or feed-forward biases, refusing any", **BIAS_FREE, **bias_free_members(refuse=True)))
+
+
+@pytest.mark.parametrize("name", ["norms.layer_norm_affine", "feed_forward.feed_forward_zero_W2_gives_b2", "block.agrees_with_reference",
+                                  "model.agrees_with_reference", "moe.moe_agrees_with_reference"])
+def test_undeclared_bias_free_code_fails_where_it_drops_the_biases(name):
+    status, report = _status(name, _impl("no norm or feed-forward biases, undeclared", **bias_free_members(refuse=False)))
+    assert status == "failed", report
+
+
+def test_the_hints_name_the_bias_declarations():
+    assert "LAYER_NORM_BIAS = False" in REGISTRY["norms.layer_norm_affine"].hint
+    assert "FEED_FORWARD_BIASES = False" in REGISTRY["feed_forward.feed_forward_zero_W2_gives_b2"].hint
+
+
+def test_torch_encoder_layer_without_biases_passes_with_its_declarations():
+    # nn.TransformerEncoderLayer(bias=False): no bias in its LayerNorms, its feed-forward Linears or its attention
+    from adapters import toolkit as tk
+
+    def layer(d_model, n_heads=1, d_ff=1, eps=1e-5):
+        return torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=0.0, activation="gelu", layer_norm_eps=eps,
+                                                batch_first=True, norm_first=True, bias=False)
+
+    def attend(mha, x, causal):
+        return mha(x, x, x, attn_mask=tk.causal_mask(x, causal), need_weights=True, average_attn_weights=False)
+
+    attn = {"in_proj_weight": tk.cat(tk.T("W_q"), tk.T("W_k"), tk.T("W_v")), "out_proj.weight": tk.T("W_o")}
+    ffn = {"linear1.weight": tk.T("W1"), "linear2.weight": tk.T("W2")}
+    block = {"norm1.weight": "ln1_g", "norm2.weight": "ln2_g", **tk.under("self_attn.", attn), **ffn}
+    members = dict(
+        GELU_FORM="erf", **BIAS_FREE,
+        layer_norm=tk.layer_norm(layer, layout={"weight": "gain"}, part="norm1"),
+        attention=tk.attention(layer, attn, attend, part="self_attn"),
+        feed_forward=tk.feed_forward(layer, ffn, lambda module, x: module._ff_block(x)),
+        transformer_block=tk.transformer_block(layer, block, lambda module, x, causal: module(x, src_mask=tk.causal_mask(x, causal),
+                                                                                               is_causal=causal)),
+    )
+    names = [n for n in BIAS_READERS if not n.startswith(("model.", "moe.", "dtypes.gpt"))]
+    assert_passes(names, _impl("nn.TransformerEncoderLayer(bias=False)", **members))
+
+
 # -- TOP_K_TIES -----------------------------------------------------------------------------------------------
 
 
