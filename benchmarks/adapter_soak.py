@@ -34,7 +34,7 @@ RUNS = (
     ("adapters.whisper", "float64"), ("adapters.whisper", "float32"),
     ("adapters.gpt2", "float64"), ("adapters.gpt2", "float32"),
     ("adapters.hooked_transformer", "float64"), ("adapters.hooked_transformer", "float32"),
-    ("adapters.mixtral", "float32"), ("adapters.vit", "float32"), ("adapters.gpt_neo", "float32"),
+    ("adapters.mixtral", "float32"), ("adapters.vit", "float32"), ("adapters.gpt_neo", "float32"), ("adapters.x_transformers", "float32"),
     ("adapters.sdpa_gqa", "float64"), ("adapters.sdpa_gqa", "float32"),
     ("adapters.llama", "float32"), ("adapters.mistral", "float32"), ("adapters.qwen2", "float32"),
 )

@@ -15,6 +15,7 @@ import torch  # noqa: E402
 
 from adapters import toolkit as tk  # noqa: E402
 from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant  # noqa: E402
+from invariants.profiles import profile_settings  # noqa: E402
 
 all_invariants()
 FEW = settings(max_examples=8, derandomize=True, database=None, deadline=None)
@@ -43,12 +44,14 @@ CHOSEN = {  # adapter: (dtype, invariants)
                             "model.causal_non_leakage", "model.tied_output", "model.agrees_with_reference")),
     "vit": ("float32", ("attention.weights_are_distributions", "attention.permutation_equivariance", "block.residual_identity",
                         "block.permutation_equivariant", "block.agrees_with_reference")),
+    "x_transformers": ("float32", ("attention.causal_non_leakage", "attention.agrees_with_reference", "norms.layer_norm_affine",
+                                   "feed_forward.feed_forward_agrees_with_reference", "block.residual_identity", "block.agrees_with_reference")),
     "mixtral": ("float32", ("moe.top_k_gates_select_top_k", "moe.top_k_gates_agrees_with_reference",
                             "moe.load_balancing_loss_agrees_with_reference", "moe.moe_top_1_is_chosen_expert",
                             "moe.moe_agrees_with_reference")),
 }
 NEEDS = {"gpt2": "transformers", "gpt_neo": "transformers", "mixtral": "transformers", "vit": "transformers", "whisper": "transformers",
-         "hooked_transformer": "transformer_lens"}
+         "hooked_transformer": "transformer_lens", "x_transformers": "x_transformers"}
 
 LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines, 25 at most
     "torch_sdpa.py": 25,
@@ -61,6 +64,7 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
     "gpt_neo.py": 25,
     "torch_decoder_layer.py": 25,
     "whisper.py": 25,
+    "x_transformers.py": 25,
 }
 
 
@@ -104,6 +108,12 @@ def test_gpt2_counts_the_tied_head_once():
 
     assert gpt_param_count(50257, 768, 12, 1024, True) == 124_439_808
     assert gpt_param_count(50257, 768, 12, 1024, False) == 124_402_944
+
+
+def test_x_transformers_in_float64_is_held_to_float64_and_its_float32_softmax_fails():
+    # x-transformers' Attend computes softmax(..., dtype=float32) whatever the input dtype, which caps a float64 model at float32
+    outcome = run_invariant(REGISTRY["attention.agrees_with_reference"], _adapter("x_transformers", "float64"), settings=profile_settings("ci"))
+    assert outcome.status == "failed" and "lower precision than its inputs" in outcome.hint, outcome.report
 
 
 # -- adapters in a few lines ---------------------------------------------------------------------
