@@ -193,7 +193,7 @@ def has_layer_norm_bias(impl):
 
 
 def biases_as_declared(impl, strategy):
-    """strategy (of params dicts, or lists of them) with the norm and feed-forward biases impl declares it has not set to zeros.
+    """strategy (of params dicts, their lists nested in them) with the norm and feed-forward biases impl declares it has not set to zeros.
 
     The zeros are what the implementation computes with, so they are what the failure report shows.
     """
@@ -204,8 +204,8 @@ def biases_as_declared(impl, strategy):
 def _zero_biases(value, names):
     if isinstance(value, dict):
         return {k: np.zeros_like(v) if k in names else _zero_biases(v, names) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_zero_biases(v, names) for v in value)
+    if isinstance(value, list):  # a model's blocks, moe's experts
+        return [_zero_biases(v, names) for v in value]
     return value
 
 
