@@ -4,7 +4,7 @@ A Decoder(depth=1) is x + Attention(LayerNorm(x)), then x + FeedForward(LayerNor
 pre-norm block, causal; an Encoder is the same block in encoder mode. pre_norm_has_final_norm=False
 leaves out the norm a stack ends with. The parts come from the same layers: attention is layer 0's
 Attention (its weights from return_intermediates), feed_forward layer 1's FeedForward, layer_norm
-layer 0's LayerNorm, gelu its nn.GELU.
+layer 0's LayerNorm, gelu the FeedForward's activation (nn.GELU, erf).
 Conventions converted or declared:
 - nn.Linear stores (out, in): to_q.weight = W_qᵀ, ..., to_out.weight = W_oᵀ, ff.0.0.weight = W1ᵀ, ff.2.weight = W2ᵀ.
 - Its LayerNorm multiplies by gamma + 1 (norm_add_unit_offset, on by default): gamma = gain - 1. It
@@ -20,7 +20,6 @@ Conventions converted or declared:
 
 from fractions import Fraction
 
-import torch
 from x_transformers import Decoder, Encoder
 
 from adapters import toolkit as tk
@@ -51,7 +50,7 @@ def _attend(attn, x, causal):
     return out, intermediates.post_softmax_attn  # (B, T, d), (B, H, T, T)
 
 
-gelu = torch.nn.GELU()
+gelu = _layers(1).get_submodule("layers.1.1.ff.0.1")  # the FeedForward's own activation, nn.GELU()
 layer_norm = tk.layer_norm(_layers, layout={"gamma": _offset("gain")}, part="layers.0.0.0")
 attention = tk.attention(_layers, ATTN, _attend, part="layers.0.1")
 feed_forward = tk.feed_forward(_layers, FFN, part="layers.1.1")
