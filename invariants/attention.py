@@ -34,7 +34,7 @@ from invariants.reference_check import reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, swept_lengths
+from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, permutations, sampled_from, swept_lengths
 from strategies.core import weights as weight_matrices
 
 # Each strategy built once per set of arguments: building one costs more than drawing from it.
@@ -340,7 +340,7 @@ def permutation_equivariance(impl, case):
     """Without the mask, permuting the tokens permutes the outputs and the weights' rows and columns the same way (to rounding)."""
     inputs = _draw_inputs(impl, case, causal=False, **LONG)
     T = inputs["x"].shape[1]
-    p = np.array(case.draw(st.permutations(range(T)), "permutation p"))
+    p = np.array(case.draw(permutations(range(T)), "permutation p"))
     call = _call(inputs, "vs the same on x[:, p]")
     out, weights = _attend(impl, inputs, call)
     moved_out, moved_weights = _attend(impl, inputs, call, x=inputs["x"][:, p])
@@ -372,7 +372,7 @@ def linear_in_values(impl, case):
     """attention is linear in W_v: out(a·W_v + b·W_v') = a·out(W_v) + b·out(W_v') for the same x, W_q, W_k and W_o, to rounding."""
     inputs = _draw_inputs(impl, case, **LONG)
     other = case.draw(weight_matrices(inputs["W_v"].shape), "W_v'")
-    a, b = (case.draw(st.sampled_from([-1.0, 1.0]), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
+    a, b = (case.draw(sampled_from((-1.0, 1.0)), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
     call = _call(inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
     mixed = a * impl.as_seen(inputs["W_v"]) + b * impl.as_seen(other)
     out, weights = _attend(impl, inputs, call)

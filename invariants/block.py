@@ -35,7 +35,7 @@ from invariants.conventions import (
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, swept_lengths
+from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, just, permutations, swept_lengths
 from strategies.params import block_params
 
 EPS = PROTOCOL_EPS  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside unless LAYER_NORM_EPS says otherwise
@@ -72,7 +72,7 @@ def block_params_for(impl, d_model, *, attn_bias=None):
 def draw_causal(impl, case):
     """Draw the causal flag: either, or impl's one mode where it declares CAUSAL_ONLY or ENCODER_ONLY."""
     modes = causal_modes(impl)
-    return case.draw(st.booleans() if len(modes) == 2 else st.just(modes[0]), "causal")
+    return case.draw(st.booleans() if len(modes) == 2 else just(modes[0]), "causal")
 
 
 def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False, **inputs):
@@ -206,7 +206,7 @@ def causal_non_leakage(impl, case):
 def permutation_equivariant(impl, case):
     """In encoder mode (causal=False), permuting the tokens of x permutes the block's output the same way."""
     shape, x, params = _block_case(impl, case)
-    perm = np.array(case.draw(st.permutations(range(shape.seq)), "permutation"))
+    perm = np.array(case.draw(permutations(range(shape.seq)), "permutation"))
     call = f"transformer_block(x[:, perm], params, n_heads={shape.n_heads}, causal=False) vs transformer_block(x, ...)[:, perm]"
     permuted = impl.transformer_block(x[:, perm], params, shape.n_heads, False)
     expected = impl.transformer_block(x, params, shape.n_heads, False)[:, perm]

@@ -19,7 +19,7 @@ from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps,
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance, layer_norm_condition
-from strategies.core import float_arrays
+from strategies.core import float_arrays, permutations
 from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 
 ROUNDINGS = 8  # as invariants/attention.py
@@ -115,7 +115,7 @@ def memory_permutation_invariance(impl, case):
     (to rounding)."""
     inputs = case.draw(cross_inputs(min_memory=2), "inputs")
     S = inputs["memory"].shape[1]
-    p = np.array(case.draw(st.permutations(range(S)), "permutation p of the encoder positions"))
+    p = np.array(case.draw(permutations(range(S)), "permutation p of the encoder positions"))
     call = _call(inputs, "vs the same on memory[:, p]")
     out, weights = _cross(impl, inputs, call)
     moved_out, moved_weights = _cross(impl, inputs, call, memory=inputs["memory"][:, p])

@@ -43,7 +43,7 @@ from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 from strategies.activation import activation_inputs
 from strategies.attention import attention_args, attention_inputs
-from strategies.core import attention_shapes, float_arrays
+from strategies.core import attention_shapes, float_arrays, sampled_from
 from strategies.decoder import (
     cross_args,
     cross_inputs,
@@ -217,7 +217,7 @@ def cross_entropy_keeps_dtype(impl, case):
 )
 def attention_keeps_dtype(impl, case):
     """attention's out and weights both have x's dtype, causal or not."""
-    causal = case.draw(st.sampled_from(causal_modes(impl)), "causal")
+    causal = case.draw(sampled_from(causal_modes(impl)), "causal")
     inputs = case.draw(attention_inputs(max_batch=2, max_seq=4, max_heads=2, max_d_head=3, causal=causal), "inputs")
     parts = ("out", "weights") if returns_weights(impl) else None  # ATTENTION_WEIGHTS = False: out alone
     assert_keeps_dtype(impl, "attention", attention_args(inputs), parts=parts)
@@ -247,7 +247,7 @@ def transformer_block_keeps_dtype(impl, case):
     shape = case.draw(attention_shapes(max_batch=2, max_seq=4, max_heads=2, max_d_head=3), "shape")
     x = case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
     params = case.draw(block_params_for(impl, shape.d_model), "params")
-    causal = case.draw(st.sampled_from(causal_modes(impl)), "causal")
+    causal = case.draw(sampled_from(causal_modes(impl)), "causal")
     assert_keeps_dtype(impl, "transformer_block", (x, params, shape.n_heads, causal))
 
 

@@ -14,6 +14,7 @@ from invariants.conventions import biases_as_declared, d_ff_for
 from invariants.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
+from strategies.core import permutations
 from strategies.feed_forward import feed_forward_weights, hidden_states
 
 ARGS = ("W1", "b1", "W2", "b2")
@@ -70,7 +71,7 @@ def feed_forward_permutation_equivariant(impl, case):
     block position may be summed in another order (torch float32 and numpy's BLAS, measured).
     """
     x, p = _draw(impl, case)
-    perm = np.array(case.draw(st.permutations(range(x.shape[1])), "π (token order)"))
+    perm = np.array(case.draw(permutations(range(x.shape[1])), "π (token order)"))
     call = "feed_forward(x[:, π], ...) vs feed_forward(x, ...)[:, π]"
     tol = impl.tolerance.at_scale(_term_scale(impl, x, p))
     assert_close(_ffn(impl, x[:, perm], p, call), _ffn(impl, x, p, call)[:, perm], "feed_forward(x[:, π])", tol, call)

@@ -23,7 +23,7 @@ from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
-from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, swept_lengths
+from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, none, one_of, sampled_from, swept_lengths
 from strategies.params import gpt_configs, gpt_params, token_ids
 
 
@@ -38,7 +38,7 @@ def _model_case(impl, case, *, min_seq=1, spare_positions=0, wide=False, long_le
     long_lengths: half the time, a model of exactly that many positions (drawn from them) at d_model <= 8, and ids of that length.
     """
     widths = dict(min_heads=2, min_d_head=4, min_vocab=8) if wide else {}
-    long = case.draw(st.one_of(st.none(), st.sampled_from(long_lengths)), "long sequence") if long_lengths else None
+    long = case.draw(one_of(none(), sampled_from(long_lengths)), "long sequence") if long_lengths else None
     if long is None:
         config = case.draw(configs_for(impl, min_max_len=min_seq + spare_positions, **widths), "config")
         min_ids, max_ids = min_seq, config.max_len - spare_positions
@@ -191,7 +191,7 @@ BAD_INPUTS = ("an id >= vocab", "a negative id", "more tokens than max_len")
 )
 def refuses_bad_ids(impl, case):
     """gpt_logits raises ValueError for an id >= vocab, a negative id, or a sequence longer than max_len."""
-    problem = case.draw(st.sampled_from(BAD_INPUTS), "problem")
+    problem = case.draw(sampled_from(BAD_INPUTS), "problem")
     config = case.draw(configs_for(impl, max_layers=1), "config")
     params = case.draw(biases_as_declared(impl, gpt_params(config)), "params")
     if problem == "more tokens than max_len":

@@ -18,6 +18,7 @@ from invariants.conventions import Declared, biases_as_declared, d_ff_for, decla
 from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
+from strategies.core import permutations
 from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 
 
@@ -161,7 +162,7 @@ def top_k_gates_shift_invariance(impl, case):
 def top_k_gates_relabel_experts(impl, case):
     """Permuting the experts (the columns of tie-free router logits) permutes the gates the same way."""
     logits, k = _routing(case, ties=False)  # with ties, relabelling changes which experts the tie rule keeps
-    order = np.array(case.draw(st.permutations(range(logits.shape[-1])), "expert order"))
+    order = np.array(case.draw(permutations(range(logits.shape[-1])), "expert order"))
     call = f"top_k_gates(router_logits[:, order], k={k}) vs top_k_gates(router_logits, k={k})[:, order]"
     expected = _gates(impl, logits, k, call)[:, order]
     assert_close(_gates(impl, logits[:, order], k, call), expected, "top_k_gates(router_logits[:, order])", impl.tolerance, call)
@@ -397,7 +398,7 @@ def moe_top_1_is_chosen_expert(impl, case):
 def moe_token_permutation_equivariance(impl, case):
     """moe is position-wise: permuting the tokens permutes the outputs the same way."""
     shape, x, router, experts = _moe_case(impl, case, moe_shapes(min_tokens=2))
-    order = np.array(case.draw(st.permutations(range(shape.tokens)), "token order"))
+    order = np.array(case.draw(permutations(range(shape.tokens)), "token order"))
     call = f"moe(x[order], router, experts, k={shape.k}) vs moe(x, router, experts, k={shape.k})[order]"
     expected = impl.moe(x, router, experts, shape.k)[order]
     tol = _at_expert_scale(impl.tolerance, impl, x, experts)  # an expert's batch of tokens is reordered

@@ -13,6 +13,7 @@ from invariants.asserts import assert_close, assert_equal, assert_finite, assert
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
+from strategies.core import sampled_from
 from strategies.softmax import large_logits, logits, shifts, targets
 
 COURSE_VOCAB = 28  # the P01 character vocabulary: ' .abcdefghijklmnopqrstuvwxyz'
@@ -101,7 +102,7 @@ def softmax_masked_entries_are_zero(impl, case):
     (finite in every dtype: at most about 1.02e4), where a finite stand-in for -inf stops being small.
     """
     x = case.draw(logits(masked=True), "x")
-    shift = case.draw(st.sampled_from((0.0, -1e4, 1e4)), "shift of every finite logit")
+    shift = case.draw(sampled_from((0.0, -1e4, 1e4)), "shift of every finite logit")
     x = x + shift  # -inf stays -inf
     call = f"softmax(x, -1) with -inf entries, the others shifted by {shift:g}"
     p = assert_finite(assert_shape(impl.softmax(x, -1), x.shape, "softmax(x)", call), "softmax(x)", call)

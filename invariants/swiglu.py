@@ -9,18 +9,18 @@ product (Nijikadesu/breakdown-minimind#3), and SiLU alone with no gate (google-r
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.reference_check import reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
+from strategies.core import sampled_from
 from strategies.decoder import swiglu_inputs
 
 ROUNDINGS = 4  # x·W twice, SiLU's exp and division, the product, the last matmul: a few roundings at the terms' scale
 DIAGONALS = (1.0, 2.0, 0.5, -1.0, -2.0, 3.0)  # gate and up scales a, b: signs and sizes where SiLU(a·x)·b·x and SiLU(b·x)·a·x differ
-_OTHER_DIAGONALS = {a: st.sampled_from(tuple(b for b in DIAGONALS if b != a)) for a in DIAGONALS}
+_OTHER_DIAGONALS = {a: sampled_from(tuple(b for b in DIAGONALS if b != a)) for a in DIAGONALS}
 POWERS_OF_TWO = (2.0, 0.5, 4.0, -1.0, -2.0, 0.25, -0.5, 8.0)
 
 
@@ -49,7 +49,7 @@ def diagonal_closed_form(impl, case):
     """With W_gate = a·I, W_up = b·I and W_down = I, swiglu(x) = SiLU(a·x)·b·x, and with the scales swapped SiLU(b·x)·a·x:
     the two branches are not interchangeable (to rounding)."""
     x = case.draw(swiglu_inputs(), "inputs")["x"]  # (N, d)
-    a = case.draw(st.sampled_from(DIAGONALS), "gate scale a")
+    a = case.draw(sampled_from(DIAGONALS), "gate scale a")
     b = case.draw(_OTHER_DIAGONALS[a], "up scale b")  # another scale than a: no example is rejected
     d = x.shape[-1]
     eye = np.eye(d)
@@ -72,7 +72,7 @@ def linear_in_up(impl, case):
     """swiglu is linear in W_up: swiglu(x; W_gate, c·W_up, W_down) = c·swiglu(x; W_gate, W_up, W_down), bitwise for c = ±2**k on the
     CPU in float32 and float64 (every rounding scales with c), to rounding elsewhere."""
     inputs = case.draw(swiglu_inputs(), "inputs")
-    c = case.draw(st.sampled_from(POWERS_OF_TWO), "c (a power of two)")
+    c = case.draw(sampled_from(POWERS_OF_TWO), "c (a power of two)")
     x, W_gate, W_up, W_down = (inputs[name] for name in ("x", "W_gate", "W_up", "W_down"))
     call = _call(inputs, f"vs W_up scaled by {c!r}")
     got = _swiglu(impl, x, W_gate, c * impl.as_seen(W_up), W_down, call)

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import byte_arrays, cached_strategy, float_arrays
+from strategies.core import byte_arrays, cached_strategy, float_arrays, sampled_from
 
 ACTIVATION_PATTERNS = ("spread", "with zeros", "one value repeated")
 FLOAT16_SAFE = 40.0  # 40³ = 64000 < 65504: x³ in the tanh form stays finite in float16
@@ -63,7 +63,7 @@ def activation_inputs(*, min_ndim=1, max_ndim=3, min_side=1, max_side=6, min_abs
     def build(draw):
         ndim = draw(st.integers(min_ndim, max_ndim))
         shape = tuple(draw(st.lists(st.integers(min_side, max_side), min_size=ndim, max_size=ndim)))
-        pattern = draw(st.sampled_from(ACTIVATION_PATTERNS))
+        pattern = draw(sampled_from(ACTIVATION_PATTERNS))
         x = table[draw(byte_arrays(shape))]
         if pattern == "with zeros":
             x[draw(byte_arrays(shape)) >= 171] = 0.0  # about a third; none once the bytes shrink

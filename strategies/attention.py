@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_order
-from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, weight_part
+from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, just, sampled_from, weight_part
 
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 # x patterns: "general"; "zero tokens" (about a third of the tokens, at least one, exactly 0: their query, key and value are 0);
@@ -111,7 +111,7 @@ def attention_inputs(
     if max_score_scale > MAX_SCORE_SCALE:
         raise InvalidArgument(f"max_score_scale={max_score_scale!r} must be at most {MAX_SCORE_SCALE:g} (scores of about 1e4)")
     patterns = _check_patterns(patterns)
-    causals = st.booleans() if causal is None else st.just(causal)
+    causals = st.booleans() if causal is None else just(causal)
     top_exponent = score_scale_exponents(max_score_scale)
     low_exponent = min(top_exponent, int(np.ceil(np.log(min_score_scale) / np.log(4.0) - 1e-9)))
 
@@ -121,7 +121,7 @@ def attention_inputs(
         B, T, d = shape.batch, shape.seq, shape.d_model
         x = draw(float_arrays((B, T, d), min_scale=min_scale, max_scale=max_scale))  # (B, T, d)
         drawn = {"x": x, **draw(_projections(d, gain))}  # W_q, W_k, W_v, W_o (d, d)
-        pattern = draw(st.sampled_from(patterns))
+        pattern = draw(sampled_from(patterns))
         if pattern == "zero tokens":
             b = draw(byte_arrays((B, T, 1)))
             zero = b < 86  # about a third; every token once the bytes shrink to 0

@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, seeds
+from strategies.core import cached_strategy, just, sampled_from, seeds
 
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")
@@ -33,7 +33,7 @@ def _check_choice_or_none(name, value):
 
 
 def _booleans(choice):
-    return st.booleans() if choice is None else st.just(choice)
+    return st.booleans() if choice is None else just(choice)
 
 
 def _check_scales(min_scale, max_scale):
@@ -43,7 +43,7 @@ def _check_scales(min_scale, max_scale):
 
 
 def _scales(min_scale, max_scale):
-    return st.just(float(min_scale)) if min_scale == max_scale else st.floats(min_scale, max_scale)
+    return just(float(min_scale)) if min_scale == max_scale else st.floats(min_scale, max_scale)
 
 
 # -- RoPE -------------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def _rope_inputs(min_batch, max_batch, min_heads, max_heads, min_seq, max_seq, m
         ranks = [draw(st.integers(0, max_position - i)) for i in range(T)]  # the i-th: which of the positions left
         positions = _unused_by_rank(ranks)
         rng = np.random.default_rng(draw(seeds()))
-        return {"x": rng.standard_normal((B, H, T, D)), "positions": np.array(positions, dtype=np.int64), "base": draw(st.sampled_from(bases))}
+        return {"x": rng.standard_normal((B, H, T, D)), "positions": np.array(positions, dtype=np.int64), "base": draw(sampled_from(bases))}
 
     return inputs()
 
@@ -190,7 +190,7 @@ def gqa_inputs(*, shapes=None, causal=None, masked=None, windowed=None, patterns
         shape = draw(shapes)
         B, H, H_kv, T, S, D = shape.batch, shape.n_heads, shape.n_kv_heads, shape.seq, shape.keys, shape.d_head
         is_causal = draw(_booleans(causal))
-        mask_pattern = draw(st.sampled_from(patterns)) if draw(_booleans(masked)) else None
+        mask_pattern = draw(sampled_from(patterns)) if draw(_booleans(masked)) else None
         window = draw(st.integers(1, S + 1)) if is_causal and draw(_booleans(windowed)) else None
         scale = draw(_scales(min_scale, max_scale))
         rng = np.random.default_rng(draw(seeds()))
@@ -286,7 +286,7 @@ def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_
         H_kv, group, D = draw(st.integers(1, max_kv_heads)), draw(st.integers(min_group, max_group)), 2 * draw(st.integers(min_pairs, max_pairs))
         return LlamaConfig(
             vocab=draw(st.integers(min_vocab, max_vocab)), n_layers=draw(st.integers(min_layers, max_layers)), n_kv_heads=H_kv, group=group,
-            d_head=D, d_ff=draw(st.integers(1, max_d_ff)), rope_base=draw(st.sampled_from(bases)),
+            d_head=D, d_ff=draw(st.integers(1, max_d_ff)), rope_base=draw(sampled_from(bases)),
             window=draw(st.integers(1, max_window)) if draw(_booleans(windowed)) else None, qkv_bias=draw(_booleans(qkv_bias)),
         )
 
@@ -367,6 +367,7 @@ def _decode_schedules(seq, min_chunks):
         edges = [0, *sorted(cuts), seq]
         return np.diff(np.array(edges, dtype=np.int64))
 
+    # Built once per (seq, min_chunks); hypothesis's own just(), since one_of draws a shared strategy once, not once per branch.
     token_by_token = st.just(frozenset(range(1, seq)))
     cut_points = st.sets(st.integers(1, seq - 1), min_size=min_chunks - 1) if seq > 1 else st.just(frozenset())
     schedules = [st.just(frozenset())] if min_chunks == 1 else []

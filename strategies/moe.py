@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
-from strategies.core import GRID, byte_arrays, cached_strategy, nearest_power_of_two, permutation_of, small_ints
+from strategies.core import GRID, byte_arrays, cached_strategy, nearest_power_of_two, permutation_of, sampled_from, small_ints
 
 LOGIT_STEP = 1 / 8  # router logits are multiples of this
 MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples of 1/8 there are exact in bfloat16
@@ -65,10 +65,16 @@ def moe_shapes(*, min_tokens=1, max_tokens=8, min_experts=1, max_experts=8, min_
     def shapes(draw):
         experts = draw(st.integers(max(min_experts, min_k), max_experts))
         top = experts if max_k is None else min(max_k, experts)
-        k = draw(st.one_of(st.just(min_k), st.just(top), st.integers(min_k, top)))
+        k = draw(_ks(min_k, top))
         return MoEShape(draw(st.integers(min_tokens, max_tokens)), experts, k, draw(st.integers(min_d, max_d)))
 
     return shapes()
+
+
+@cached_strategy
+def _ks(low, top):
+    """k in [low, top]: low, top or between, a third each (three branches even where low = top: one_of draws a shared strategy once)."""
+    return st.one_of(st.just(low), st.just(top), st.integers(low, top))
 
 
 def _check_moe_width(name, d):
@@ -145,7 +151,7 @@ def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=Non
     def logits(draw):
         if "zero" in patterns and draw(st.integers(0, 7)) == 7:
             return np.zeros((n_tokens, n_experts))  # fully tied: every expert of every token (one draw in eight)
-        rows = draw(st.lists(st.sampled_from(patterns), min_size=n_tokens, max_size=n_tokens))
+        rows = draw(st.lists(sampled_from(patterns), min_size=n_tokens, max_size=n_tokens))
         favourite = draw(st.integers(0, n_experts - 1))
         picks = draw(st.lists(st.integers(0, others), min_size=n_tokens, max_size=n_tokens))
         confident_of = [c + (c >= favourite and n_experts > 1) for c in picks]

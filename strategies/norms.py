@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, powers_of_two
+from strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, powers_of_two, sampled_from
 
 MIN_UNIT_STD = 0.25  # a grid row is repaired until its population std is at least this
 LARGEST_ROW_STD = 2.0**12  # 4096: rows up to about ±12,000, still finite in float16 (65504)
@@ -84,7 +84,7 @@ def scale_factors(*, min_exponent=-4, max_exponent=4, powers_of_two=False):
     check_int("min_exponent", min_exponent)
     check_int("max_exponent", max_exponent)
     check_order("min_exponent", min_exponent, "max_exponent", max_exponent)
-    sign = st.sampled_from([1.0, -1.0])
+    sign = sampled_from((1.0, -1.0))
     if powers_of_two:
         magnitude = st.integers(min_exponent, max_exponent).map(lambda k: 2.0**k)
     else:

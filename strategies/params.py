@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_int, check_int_range
-from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, weight_part
+from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, just, sampled_from, weight_part
 from strategies.norms import gain_values
 
 GRID_VALUES = grid_reader(1.0)  # embeddings: grid values of std 1
@@ -31,7 +31,7 @@ def _check_bias_choice(attn_bias):
 
 
 def _bias_choices(attn_bias):
-    return st.booleans() if attn_bias is None else st.just(attn_bias)
+    return st.booleans() if attn_bias is None else just(attn_bias)
 
 
 def init_block_params(d_model, seed, *, d_ff=None, attn_bias=False):
@@ -160,7 +160,7 @@ def gpt_configs(
         n_heads=st.integers(min_heads, max_heads),
         d_head=st.integers(min_d_head, max_d_head),
         attn_bias=_bias_choices(attn_bias),
-        ff_ratio=st.just(ff_ratio),
+        ff_ratio=just(ff_ratio),
     )
 
 
@@ -224,7 +224,7 @@ def token_ids(vocab, *, min_batch=1, max_batch=3, min_seq=1, max_seq=8):
     @st.composite
     def ids(draw):
         B, T = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_seq, max_seq))
-        pattern = draw(st.sampled_from(ID_PATTERNS))
+        pattern = draw(sampled_from(ID_PATTERNS))
         b = draw(byte_arrays((B, T))).astype(np.int64)
         if pattern == "one repeated id":
             return np.full((B, T), _ids(b.flat[0], vocab), dtype=np.int64)

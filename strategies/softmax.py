@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int_range, check_order
-from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, scales
+from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, sampled_from, scales
 
 ROW_PATTERNS = ("general", "uniform", "tied max", "dominant")
 DYADIC_STEP = 1 / 16  # dyadic logits are multiples of this ...
@@ -91,7 +91,7 @@ def logits(
         ndim = draw(st.integers(min_ndim, max_ndim))
         lead = tuple(draw(st.lists(st.integers(min_side, max_side), min_size=ndim - 1, max_size=ndim - 1)))
         shape = lead + (draw(st.integers(min_vocab, max_vocab)),)
-        pattern = draw(st.sampled_from(tuple(patterns)))
+        pattern = draw(sampled_from(tuple(patterns)))
         x = _patterned_rows(draw(grid_values(shape)), draw(byte_arrays(lead + (1,))), pattern, draw(spreads))
         if dyadic:
             x = np.clip(np.round(x / DYADIC_STEP) * DYADIC_STEP, -DYADIC_LIMIT, DYADIC_LIMIT)
@@ -118,7 +118,7 @@ def large_logits(*, magnitude=1e4, min_ndim=1, max_ndim=3, min_side=1, max_side=
     @st.composite
     def build(draw):
         x = draw(base)
-        if draw(st.sampled_from(("shifted", "spread"))) == "spread":
+        if draw(sampled_from(("shifted", "spread"))) == "spread":
             peak = np.abs(x).max()
             return x / peak * magnitude if peak > 0 else x + magnitude  # an all-zero array spreads to all-magnitude
         signs = np.where(draw(byte_arrays(x.shape[:-1] + (1,))) % 2 == 1, -1.0, 1.0)  # (..., 1)
@@ -127,6 +127,7 @@ def large_logits(*, magnitude=1e4, min_ndim=1, max_ndim=3, min_side=1, max_side=
     return build()
 
 
+@cached_strategy
 def shifts(shape, *, max_abs=8.0, dyadic=False):
     """float64 constants of `shape` (one per row: pass x.shape[:-1] + (1,)) in [-max_abs, max_abs], normal-shaped, shrinking to 0.
 
@@ -168,4 +169,4 @@ def targets(logits_array):
             picked = picks.astype(np.int64) % V if V <= 256 else (picks.astype(np.int64) * V) // 256
         return np.asarray(picked, dtype=np.int64)  # (...); a 0-d array, not a numpy scalar, for 1-d logits
 
-    return st.builds(build, st.sampled_from(("random", "argmax", "argmin")), byte_arrays(lead))
+    return st.builds(build, sampled_from(("random", "argmax", "argmin")), byte_arrays(lead))

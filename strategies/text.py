@@ -6,12 +6,13 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import check_int, check_int_range, check_order
-from strategies.core import byte_arrays, cached_strategy, permutation_of
+from strategies.core import byte_arrays, cached_strategy, permutation_of, sampled_from
 
 COURSE_ALPHABET = " .abcdefghijklmnopqrstuvwxyz"  # the course corpus's 28 characters
 TRICKY_CHARACTERS = "\n\t \u00a0e\u0301\u00e9\u00df\u4e2d\U0001f642"  # whitespace, a combining accent, é (one code point), ß, 中, an emoji
 
 
+@cached_strategy
 def corpora(*, min_size=0, max_size=80):
     """Strings of min_size to max_size characters (code points) to build a character vocabulary from.
 
@@ -21,7 +22,7 @@ def corpora(*, min_size=0, max_size=80):
     that normalises Unicode merges them) and characters outside the Basic Multilingual Plane.
     """
     check_int_range("size", min_size, max_size, low=0)
-    alphabets = st.sampled_from([COURSE_ALPHABET, TRICKY_CHARACTERS, COURSE_ALPHABET + TRICKY_CHARACTERS])
+    alphabets = sampled_from((COURSE_ALPHABET, TRICKY_CHARACTERS, COURSE_ALPHABET + TRICKY_CHARACTERS))
     from_alphabet = alphabets.flatmap(lambda chars: st.text(alphabet=chars, min_size=min_size, max_size=max_size))
     repeated = st.builds(lambda ch, n: ch * n, st.characters(), st.integers(max(min_size, 1), max(max_size, 1)))
     if max_size == 0:
@@ -43,7 +44,7 @@ def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
     @st.composite
     def streams(draw):
         vocab, n = draw(st.integers(min_vocab, max_vocab)), draw(st.integers(min_length, max_length))
-        pattern = draw(st.sampled_from(["random", "distinct", "one repeated id"]))
+        pattern = draw(sampled_from(("random", "distinct", "one repeated id")))
         b = draw(byte_arrays((n,))).astype(np.int64)
         if pattern == "distinct":
             return permutation_of(b).astype(np.int64)  # 0 .. n - 1 in the order that sorts the bytes
@@ -54,6 +55,7 @@ def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
     return streams()
 
 
+@cached_strategy
 def window_lengths(n_tokens, *, min_seq=1, max_seq=None):
     """seq_len values for get_batch on a stream of n_tokens: in [min_seq, max_seq], max_seq defaulting to n_tokens - 1.
 

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 from hypothesis import find, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 
 from strategies import (
     EITHER_SIDE,
@@ -16,7 +18,8 @@ from strategies import (
     swept_lengths,
     weights,
 )
-from strategies.core import GRID, array_dicts, byte_arrays, grid_reader, grid_values, weight_part
+from strategies.core import GRID, array_dicts, byte_arrays, grid_reader, grid_values, just, none, one_of, permutations, sampled_from, weight_part
+from strategies.moe import _ks
 
 BAD_ARGUMENTS = [
     (attention_shapes, dict(min_seq=5, max_seq=3), "min_seq=5 is larger than max_seq=3"),
@@ -154,3 +157,37 @@ def test_zero_rows_are_exact_zeros_and_the_others_keep_their_spread(x):
 def test_the_grid_is_normal_shaped_and_sorted_simplest_first():
     assert GRID[:4].tolist() == [0.0, 0.0, 1.0, -1.0] and abs(GRID.mean()) < 0.01 and 0.95 < GRID.std() < 1.05
     assert np.all(GRID * 64 == np.round(GRID * 64)) and np.abs(GRID).max() < 3
+
+
+def _drawn(strategy, seed, n=40):
+    """The first n values `strategy` draws under hypothesis seed `seed` (a fresh search each time)."""
+    values = []
+
+    @settings(max_examples=n, database=None, derandomize=False)
+    @given(st.data())
+    def record(data):
+        values.append(data.draw(strategy))
+
+    hypothesis_seed(seed)(record)()
+    return values
+
+
+def test_cached_constructors_return_one_strategy_per_set_of_arguments_and_tell_signed_zeros_apart():
+    assert sampled_from(("a", "b")) is sampled_from(("a", "b"))
+    assert just(0.0) is not just(-0.0) and just(1) is not just(True)
+    assert permutations(range(3)) is permutations(range(3))
+    assert sampled_from(["a", "b"]) is not sampled_from(["a", "b"])  # a list cannot be a key: built afresh, never wrong
+
+
+def test_cached_constructors_draw_what_hypothesis_own_draw():
+    """The same examples, seed for seed: the cached strategies are hypothesis's, built once (docs/power.md)."""
+    cases = [
+        (lambda: st.tuples(sampled_from(("x", "y", "z")), just(3), permutations(range(4))),
+         lambda: st.tuples(st.sampled_from(("x", "y", "z")), st.just(3), st.permutations(range(4)))),
+        (lambda: one_of(none(), sampled_from((15, 17))), lambda: st.one_of(st.none(), st.sampled_from((15, 17)))),
+        # k of moe_shapes where k can only be 1: three branches still (one_of draws a strategy given twice once)
+        (lambda: st.tuples(_ks(1, 1), st.integers(0, 10**6)),
+         lambda: st.tuples(st.one_of(st.just(1), st.just(1), st.integers(1, 1)), st.integers(0, 10**6))),
+    ]
+    for ours, theirs in cases:
+        assert _drawn(ours(), seed=3) == _drawn(theirs(), seed=3)
