@@ -69,8 +69,8 @@ def cached_strategy(build):
     """Build each strategy once per set of arguments: building one (validating it on first draw) costs more than a draw.
 
     Arguments that cannot be hashed (a list of patterns) build afresh. The argument types are part of
-    the key, so 1, 1.0 and True, which hash alike, are told apart and validated separately, and so is a
-    float's sign (0.0 and -0.0 are equal).
+    the key, so 1, 1.0 and True, which hash alike, are told apart and validated separately; floats are keyed by
+    their bits, so 0.0 and -0.0 (equal) are told apart and a NaN finds its own entry (it equals nothing).
     """
     built = {}
 
@@ -89,7 +89,7 @@ def cached_strategy(build):
 
 
 def _key_part(value):
-    return (type(value), value, math.copysign(1.0, value)) if isinstance(value, float) else (type(value), value)
+    return (type(value), value.hex()) if isinstance(value, float) else (type(value), value)  # hex: -0.0 apart from 0.0, NaN equal to NaN
 
 
 # Hypothesis caches integers, floats, booleans, lists, tuples and builds by their arguments, but builds

@@ -172,9 +172,10 @@ def _drawn(strategy, seed, n=40):
     return values
 
 
-def test_cached_constructors_return_one_strategy_per_set_of_arguments_and_tell_signed_zeros_apart():
+def test_cached_constructors_return_one_strategy_per_set_of_arguments_keyed_by_a_float_bits():
     assert sampled_from(("a", "b")) is sampled_from(("a", "b"))
     assert just(0.0) is not just(-0.0) and just(1) is not just(True)
+    assert just(float("nan")) is just(float("nan"))  # keyed by its bits: one entry, however often asked
     assert permutations(range(3)) is permutations(range(3))
     assert sampled_from(["a", "b"]) is not sampled_from(["a", "b"])  # a list cannot be a key: built afresh, never wrong
 
