@@ -27,7 +27,10 @@ RUNS = (("reference.numpy", "float64"), ("reference.numpy", "float32"), ("refere
 
 
 def measure(examples, names):
-    """In a revision's checkout: {run: [invariants, examples, CPU seconds, soak minutes]} for each of RUNS."""
+    """In a revision's checkout: {run: [invariants, examples, CPU seconds, soak minutes, failed]} for each of RUNS.
+
+    A failing invariant stops early, so its soak minutes are those of the examples it ran: the count says so.
+    """
     import time
 
     from hypothesis import HealthCheck, settings
@@ -46,20 +49,22 @@ def measure(examples, names):
     table = {}
     for target, dtype in RUNS:
         impl = load_implementation(target, dtype=dtype)
-        row = [0, 0, 0.0, 0.0]
+        row = [0, 0, 0.0, 0.0, 0]
         for inv in all_invariants():
             if names is not None and inv.name not in names:
                 continue
             drawn[0], start = 0, time.process_time()
             try:
-                skipped = getattr(run_invariant(inv, impl, settings=chosen, seed=1), "status", "") == "skipped"
+                status = getattr(run_invariant(inv, impl, settings=chosen, seed=1), "status", "passed")
             except Exception as exc:  # noqa: BLE001 - old revisions raised their skips and failures
-                skipped = type(exc).__name__ == "InvariantSkipped"
+                status = "skipped" if type(exc).__name__ == "InvariantSkipped" else "failed"
+            skipped = status == "skipped"
             seconds = time.process_time() - start
             if skipped or not drawn[0]:
                 continue
             runs = SOAK_EXAMPLES if drawn[0] >= examples else drawn[0]
-            row = [row[0] + 1, row[1] + drawn[0], row[2] + seconds, row[3] + seconds / drawn[0] * runs / 60]
+            row = [row[0] + 1, row[1] + drawn[0], row[2] + seconds, row[3] + seconds / drawn[0] * runs / 60,
+                   row[4] + (status != "passed")]
         table[f"{target} {dtype}"] = row
     return table
 
@@ -120,7 +125,9 @@ def main(argv=None):
     for rev, table in zip(revisions, tables, strict=True):
         cells = " ".join(f"{table[f'{t} {d}'][3]:13.1f} ({table[f'{t} {d}'][0]:3d} inv.)" for t, d in RUNS)
         examples, seconds = sum(row[1] for row in table.values()), sum(row[2] for row in table.values())
-        print(f"{rev:14} {cells} {sum(row[3] for row in table.values()):7.0f} {examples / seconds:9.0f}")
+        failed = sum(row[4] for row in table.values())
+        note = f"  ({failed} runs failed: their minutes are those of the examples they ran)" if failed else ""
+        print(f"{rev:14} {cells} {sum(row[3] for row in table.values()):7.0f} {examples / seconds:9.0f}{note}")
 
 
 if __name__ == "__main__":
