@@ -7,7 +7,9 @@
 Each revision is checked out in a temporary git worktree and measured in its own process: every
 invariant runs N examples (seed 1) through that revision's run_invariant, and its process CPU time
 per example is scaled to the soak's 10,000 examples (an invariant that runs out of inputs first runs
-as many as it has). It works on revisions older than the Outcome API (their run_invariant raised
+as many as it has). A revision whose soak draws directly after ENGINE_EXAMPLES (invariants.direct)
+is measured both ways, N examples each, and scaled to ENGINE_EXAMPLES by the engine and the rest
+drawn directly. It works on revisions older than the Outcome API (their run_invariant raised
 or returned); examples are counted as the Cases drawn. Prints figures; asserts nothing.
 """
 
@@ -46,6 +48,17 @@ def measure(examples, names):
 
     runner.Case.__init__ = counting_init
     chosen = settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck), derandomize=False)
+    engine_examples = getattr(runner, "ENGINE_EXAMPLES", None)  # None: this revision's soak is the engine's throughout
+
+    def timed(inv, impl, **kwargs):
+        """(status, examples drawn, CPU seconds) of one search."""
+        drawn[0], start = 0, time.process_time()
+        try:
+            status = getattr(run_invariant(inv, impl, seed=1, **kwargs), "status", "passed")
+        except Exception as exc:  # noqa: BLE001 - old revisions raised their skips and failures
+            status = "skipped" if type(exc).__name__ == "InvariantSkipped" else "failed"
+        return status, drawn[0], time.process_time() - start
+
     table = {}
     for target, dtype in RUNS:
         impl = load_implementation(target, dtype=dtype)
@@ -53,18 +66,20 @@ def measure(examples, names):
         for inv in all_invariants():
             if names is not None and inv.name not in names:
                 continue
-            drawn[0], start = 0, time.process_time()
-            try:
-                status = getattr(run_invariant(inv, impl, settings=chosen, seed=1), "status", "passed")
-            except Exception as exc:  # noqa: BLE001 - old revisions raised their skips and failures
-                status = "skipped" if type(exc).__name__ == "InvariantSkipped" else "failed"
-            skipped = status == "skipped"
-            seconds = time.process_time() - start
-            if skipped or not drawn[0]:
+            if engine_examples is None:
+                status, count, seconds = timed(inv, impl, settings=chosen)
+            else:
+                status, count, seconds = timed(inv, impl, settings=chosen, engine_examples=None)
+            if status == "skipped" or not count:
                 continue
-            runs = SOAK_EXAMPLES if drawn[0] >= examples else drawn[0]
-            row = [row[0] + 1, row[1] + drawn[0], row[2] + seconds, row[3] + seconds / drawn[0] * runs / 60,
-                   row[4] + (status != "passed")]
+            runs = SOAK_EXAMPLES if count >= examples else count
+            minutes = seconds / count * runs / 60
+            if engine_examples is not None and count >= examples and status == "passed":
+                direct_status, direct_count, direct_seconds = timed(inv, impl, settings=settings(chosen, max_examples=examples + 1),
+                                                                    engine_examples=1)
+                minutes = (seconds / count * engine_examples + direct_seconds / direct_count * (SOAK_EXAMPLES - engine_examples)) / 60
+                status, count, seconds = direct_status, count + direct_count, seconds + direct_seconds
+            row = [row[0] + 1, row[1] + count, row[2] + seconds, row[3] + minutes, row[4] + (status != "passed")]
         table[f"{target} {dtype}"] = row
     return table
 

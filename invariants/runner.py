@@ -6,20 +6,23 @@ and render the same Outcome; none of them parses a message.
 
 from __future__ import annotations
 
+import random
 import time
 import traceback
 import unittest
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from hypothesis import given
+from hypothesis import Phase, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from hypothesis.errors import Flaky, HypothesisException
+from hypothesis.errors import Flaky, HypothesisException, StopTest, UnsatisfiedAssumption
 
+from invariants import direct as direct_draws
 from invariants.asserts import InvariantViolation
 from invariants.conventions import Declared
 from invariants.protocol import ImplementationError, OutputError, TransportLost
@@ -180,28 +183,101 @@ def _replay_notes(exc):
     return tuple(n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can"))
 
 
-def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None):
+ENGINE_EXAMPLES = 500  # a longer search runs hypothesis's engine for this many examples, then draws the rest directly
+
+
+def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, engine_examples=ENGINE_EXAMPLES):
     """Search for a counterexample to `inv` on `impl` and return the Outcome; never raises for what the implementation does.
 
     `settings` is a hypothesis.settings object (invariants.profiles has the suite's); the loaded
     profile is used when it is None. `seed` (an int) fixes hypothesis's randomness for this run
     (use with derandomize=False). `shrink_limit` caps the examples tried after the first failure;
-    the smallest counterexample found by then is reported.
+    the smallest counterexample found by then is reported. A search of more than `engine_examples`
+    examples (the thorough soak's 10,000) runs hypothesis's engine for that many (the simplest example
+    first, small ones, mutations of earlier ones) and draws the rest directly (invariants.direct: the
+    same strategies and choices without the engine's bookkeeping, about three times as many examples
+    a second); a failure found there is handed to hypothesis, which replays and shrinks it.
+    `engine_examples=None` runs the engine throughout.
     """
+    if engine_examples is not None and (not isinstance(engine_examples, int) or engine_examples < 1):
+        raise ValueError(f"engine_examples={engine_examples!r} must be a whole number of at least 1, or None (the engine throughout)")
     reason = inv.skip_reason(impl)
     search = _Search(inv, impl, shrink_limit)
     if reason:
         return search.outcome("skipped", str(reason), declared=isinstance(reason, Declared))
+    chosen = settings if settings is not None else hypothesis_settings.default
+    direct = 0
+    if engine_examples is not None and chosen.max_examples > engine_examples and direct_draws.available():
+        direct = chosen.max_examples - engine_examples
+    outcome = _outcome_of(search, _hypothesis_test(search, hypothesis_settings(chosen, max_examples=chosen.max_examples - direct), seed))
+    if direct and outcome.passed and search.examples >= engine_examples:  # fewer: hypothesis ran out of distinct inputs
+        return _draw_directly(search, direct, chosen, seed)
+    return outcome
+
+
+def _hypothesis_test(search, settings, seed, database_key=None):
+    """The hypothesis test running `search` under `settings`, its examples stored under `database_key` if given."""
 
     def body(data):
         search.body(data)
 
-    body._hypothesis_internal_add_digest = inv.name.encode()  # one example-database key per invariant
+    body._hypothesis_internal_add_digest = search.inv.name.encode()  # one example-database key per invariant
     test = given(st.data())(body)
-    test = hypothesis_settings(settings, report_multiple_bugs=False)(test)  # settings=None: the loaded profile
+    if database_key is not None:
+        test._hypothesis_internal_database_key = database_key
+    test = hypothesis_settings(settings, report_multiple_bugs=False)(test)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
-    return _outcome_of(search, test)
+    return test
+
+
+class _DirectDraw:
+    """What search.body needs of st.data()'s object: the ConjectureData it draws from."""
+
+    def __init__(self, conjecture_data):
+        self.conjecture_data = conjecture_data
+
+
+def _draw_directly(search, count, settings, seed):
+    """Run `count` more examples of `search` drawn directly; a failure goes to hypothesis to replay and shrink."""
+    if seed is not None:
+        rng = random.Random(seed)
+    elif settings.derandomize:
+        rng = random.Random(zlib.crc32(search.inv.name.encode()))
+    else:
+        rng = random.Random()
+    valid = drawn = 0
+    with _draws_independent_of_loaded_modules():
+        while valid < count and drawn < 10 * count:  # hypothesis too gives up after ten rejected draws per example asked
+            data = direct_draws.DirectData(rng)
+            drawn += 1
+            try:
+                with direct_draws.build_context(data):
+                    search.body(_DirectDraw(data))
+                valid += 1
+            except (StopTest, UnsatisfiedAssumption):  # a rejected draw
+                continue
+            except (InvariantSkipped, TransportLost) as exc:  # nothing to replay: a skip, or an implementation out of reach
+                return _ended_by(search, exc)
+            except Exception as exc:  # noqa: BLE001 - hypothesis replays the example and words what it raises
+                return _shrunk_by_hypothesis(search, settings, data.recorded, exc)
+    return search.outcome("passed", f"held on {search.examples} examples")
+
+
+def _shrunk_by_hypothesis(search, settings, choices, exc):
+    """Replay the failing `choices` under hypothesis (its reuse and shrink phases) and return how that ended.
+
+    Unseeded: hypothesis's @seed turns its example database off, and the replay comes from that database.
+    """
+    failing_case = search.case
+    key = b"transformer-invariants direct draw " + search.inv.name.encode()
+    replay = hypothesis_settings(settings, database=direct_draws.database_of(key, choices), phases=(Phase.reuse, Phase.shrink))
+    outcome = _outcome_of(search, _hypothesis_test(search, replay, None, database_key=key))
+    if not outcome.passed:
+        return outcome
+    problem = "the implementation answered the same inputs differently on a second try (nondeterministic?)"
+    return search.outcome("error", problem, problem=f"{problem}\nthe first time: {type(exc).__name__}: {exc}",
+                          case=failing_case, notes=("(found by a direct draw; hypothesis's replay of it passed, so it is not shrunk)",))
 
 
 @contextmanager

@@ -1,0 +1,144 @@
+"""Direct draws (the soak past hypothesis's engine): hypothesis replays every example to the same values, and a failure found there is shrunk."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import pytest
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from hypothesis.control import BuildContext
+from hypothesis.internal.conjecture.data import ConjectureData
+
+import reference.numpy as ref
+from invariants import Implementation, all_invariants, direct, load_implementation, run_invariant
+from invariants.asserts import InvariantViolation
+from invariants.profiles import profile_settings
+from invariants.registry import Invariant
+from invariants.runner import Case, InvariantSkipped
+
+pytestmark = pytest.mark.skipif(not direct.available(), reason="this hypothesis lacks the internals direct draws use")
+REFERENCE = load_implementation("reference.numpy")
+THOROUGH = profile_settings("thorough")
+
+
+def _digest(value, into):
+    if isinstance(value, np.ndarray):
+        into.update(f"{value.dtype}{value.shape}".encode() + np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        for key in value:
+            into.update(repr(key).encode())
+            _digest(value[key], into)
+    elif isinstance(value, (list, tuple)):
+        into.update(f"{type(value).__name__}{len(value)}".encode())
+        for item in value:
+            _digest(item, into)
+    else:
+        into.update(repr(value).encode())
+
+
+def _run(inv, data):
+    """The values one example of `inv` draws from `data`, as a digest of the Case."""
+    case = Case(lambda strategy, label: data.draw(strategy))
+    REFERENCE.calls = case.calls
+    try:
+        with BuildContext(data, wrapped_test=None):
+            inv(REFERENCE, case)
+    finally:
+        REFERENCE.calls = None
+    digest = hashlib.sha256()
+    _digest(case.drawn, digest)
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("inv", [inv for inv in all_invariants() if not inv.skip_reason(REFERENCE)], ids=lambda inv: inv.name)
+def test_hypothesis_replays_every_direct_draw_to_the_same_values(inv):
+    rng = random.Random(inv.name)
+    for _ in range(15):
+        data = direct.DirectData(rng)
+        drawn = _run(inv, data)
+        replayed = ConjectureData.for_choices(data.recorded)
+        assert _run(inv, replayed) == drawn
+        assert replayed.choices == tuple(data.recorded)
+
+
+def test_a_bytes_choice_has_hypothesis_s_length_law():
+    # lengths 32 to 256 with hypothesis's average for them (64), and every length allowed
+    lengths = [len(direct.DirectData(random.Random(i)).draw_bytes(32, 256)) for i in range(4000)]
+    assert min(lengths) == 32 and max(lengths) <= 256
+    assert 60 < np.mean(lengths) < 68
+
+
+def _impl():
+    return Implementation.from_functions(backend="numpy", label="test functions", softmax=ref.softmax)
+
+
+def _invariant(check):
+    return Invariant("test.direct", "test", "a made-up property.", "a made-up hint", ("softmax",), ("numpy", "torch"), False, check, None)
+
+
+def _above_500(impl, case):
+    n = case.draw(st.integers(0, 1000), "n")
+    if n >= 500:
+        raise InvariantViolation(f"n={n}, but should be below 500")
+
+
+def test_a_failure_found_by_a_direct_draw_is_replayed_and_shrunk_by_hypothesis():
+    # the engine runs one example (the simplest, n=0); direct draws find the rest, hypothesis shrinks to the boundary
+    outcome = run_invariant(_invariant(_above_500), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=2000), seed=3,
+                            engine_examples=1)
+    assert outcome.status == "failed" and outcome.reason == "n=500, but should be below 500"
+    assert outcome.examples_to_failure > 1 and outcome.example == (("n", "500"),)
+    assert "reproduce_failure" in outcome.report
+
+
+def test_the_examples_asked_for_are_run_engine_and_direct_together():
+    outcome = run_invariant(_invariant(lambda impl, case: case.draw(st.integers(0, 10**6), "n")), _impl(),
+                            settings=hypothesis_settings(THOROUGH, max_examples=1500), seed=1, engine_examples=300)
+    assert outcome.status == "passed" and outcome.examples == 1500
+
+
+def test_a_search_that_runs_out_of_inputs_draws_nothing_more():
+    outcome = run_invariant(_invariant(lambda impl, case: case.draw(st.integers(0, 3), "n")), _impl(),
+                            settings=hypothesis_settings(THOROUGH, max_examples=2000), seed=1, engine_examples=100)
+    assert outcome.status == "passed" and outcome.examples == 4
+
+
+def test_a_failure_that_does_not_come_back_on_replay_is_called_nondeterministic():
+    calls = []
+
+    def flaky(impl, case):
+        case.draw(st.integers(0, 10**6), "n")
+        calls.append(1)
+        if len(calls) == 20:  # a direct draw fails once; hypothesis's replay of it passes
+            raise InvariantViolation("x=1, but should be 2")
+
+    outcome = run_invariant(_invariant(flaky), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=200), seed=1,
+                            engine_examples=10)
+    assert outcome.status == "error" and "nondeterministic" in outcome.reason
+    assert "found by a direct draw" in outcome.report and "x=1, but should be 2" in outcome.problem
+
+
+def test_a_skip_raised_during_direct_draws_is_a_skip():
+    def skips_late(impl, case):
+        if case.draw(st.integers(0, 10**6), "n") > 900_000:
+            raise InvariantSkipped("not for this one")
+
+    outcome = run_invariant(_invariant(skips_late), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=3000), seed=2,
+                            engine_examples=1)
+    assert outcome.status == "skipped" and outcome.reason == "not for this one"
+
+
+def test_a_derandomized_search_draws_the_same_directly_every_time():
+    seen = []
+
+    def record(impl, case):
+        seen.append(case.draw(st.integers(0, 10**6), "n"))
+
+    derandomized = hypothesis_settings(profile_settings("ci"), max_examples=400)
+    run_invariant(_invariant(record), _impl(), settings=derandomized, engine_examples=100)
+    first, seen[:] = list(seen), []
+    run_invariant(_invariant(record), _impl(), settings=derandomized, engine_examples=100)
+    assert seen == first and len(first) == 400
