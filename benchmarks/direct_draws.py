@@ -1,15 +1,13 @@
-"""Benchmark: direct draws (invariants.direct) against hypothesis's engine, on the zoo and on the references.
+"""Benchmark: do direct draws (invariants.direct) find the zoo's bugs as hypothesis's engine does?
 
-    python benchmarks/direct_draws.py                      # the zoo at 500 examples, then 300 examples per invariant on the references
+    python benchmarks/direct_draws.py                      # every mutant, 500 examples per search, seed 1
     python benchmarks/direct_draws.py --examples 1000 --seeds 1 2 3 --only 'attention.*'
-    python benchmarks/direct_draws.py --skip-zoo --sample 500
 
-The zoo: every mutant (synthetic and documented) on the invariant whose hint names its bug, searched
-once by hypothesis's engine alone and once by direct draws alone (after the engine's first example,
-the simplest), per seed: how many it kills within the examples, and the examples each needed
-(detection only: no shrinking). The references: examples per CPU second of each way of drawing, per
-reference and dtype, and the soak they make (ENGINE_EXAMPLES by the engine, the rest of 10,000
-drawn directly) against the engine throughout. Prints figures; asserts nothing.
+Every mutant (synthetic and documented) on the invariant whose hint names its bug, searched once by
+hypothesis's engine alone and once by direct draws alone (after the engine's first example, the
+simplest), per seed: how many each kills within the examples, and the examples each kill needed
+(detection only: no shrinking). What the direct draws save in time is soak_compare.py's to measure.
+Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -17,19 +15,16 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import statistics
-import time
 import warnings
 
 from hypothesis import Phase, Verbosity
 from hypothesis import settings as hypothesis_settings
 
-from invariants import REGISTRY, all_invariants, load_implementation, run_invariant
+from invariants import REGISTRY, all_invariants, run_invariant
 from invariants.profiles import profile_settings
-from invariants.runner import ENGINE_EXAMPLES
 from mutants import all_mutants
 from mutants.documented import documented_mutants
 
-SOAK_EXAMPLES = profile_settings("thorough").max_examples
 ENGINE, DIRECT = "engine", "direct"
 
 
@@ -68,53 +63,22 @@ def zoo(examples, seeds, only):
     return results, missed
 
 
-def speeds(sample):
-    """Per reference and dtype: examples per CPU second of the engine and of direct draws, over every invariant."""
-    rows = []
-    for target, dtypes in (("reference.numpy", ("float64", "float32")), ("reference.torch", ("float64", "float32"))):
-        for dtype in dtypes:
-            impl = load_implementation(target, dtype=dtype)
-            totals = {ENGINE: [0, 0.0], DIRECT: [0, 0.0]}
-            for inv in all_invariants():
-                if inv.skip_reason(impl):
-                    continue
-                for way in (ENGINE, DIRECT):
-                    start = time.process_time()
-                    outcome = _search(inv, impl, sample + (way == DIRECT), 1, way)
-                    totals[way][0] += outcome.examples
-                    totals[way][1] += time.process_time() - start
-            rows.append((target, dtype, *(totals[way][0] / totals[way][1] for way in (ENGINE, DIRECT))))
-    return rows
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=500, help="examples per search of a mutant (default 500)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="hypothesis seeds, one search each (default 1)")
     parser.add_argument("--only", help="mutants whose name matches this glob")
-    parser.add_argument("--sample", type=int, default=300, help="examples per invariant for the speeds (default 300)")
-    parser.add_argument("--skip-zoo", action="store_true")
-    parser.add_argument("--skip-speeds", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=RuntimeWarning)  # the mutants' overflows, said once per search otherwise
-    if not args.skip_zoo:
-        results, missed = zoo(args.examples, args.seeds, args.only)
-        print(f"the zoo, {args.examples} examples per search, seeds {args.seeds}:")
-        print("| draws | searches | killed | median examples to detection | 90th percentile | most |")
-        print("| --- | --- | --- | --- | --- | --- |")
-        for way, (searches, killed, needed) in results.items():
-            tenth = statistics.quantiles(needed, n=10)[-1] if len(needed) > 1 else (needed or [0])[0]
-            print(f"| {way} | {searches} | {killed} | {statistics.median(needed) if needed else '-'} | {tenth:.0f} | {max(needed, default=0)} |")
-        for line in missed:
-            print("  not killed:", line)
-    if not args.skip_speeds:
-        print(f"\nexamples per CPU second, {args.sample} per invariant (seed 1); the soak: {ENGINE_EXAMPLES} by the engine, "
-              f"{SOAK_EXAMPLES - ENGINE_EXAMPLES} drawn directly:")
-        print("| implementation | dtype | engine | direct | soak speed-up |")
-        print("| --- | --- | --- | --- | --- |")
-        for target, dtype, engine, direct in speeds(args.sample):
-            soak = SOAK_EXAMPLES / engine / (ENGINE_EXAMPLES / engine + (SOAK_EXAMPLES - ENGINE_EXAMPLES) / direct)
-            print(f"| `{target}` | {dtype} | {engine:.0f} | {direct:.0f} | {soak:.2f} |")
+    results, missed = zoo(args.examples, args.seeds, args.only)
+    print(f"the zoo, {args.examples} examples per search, seeds {args.seeds}:")
+    print("| draws | searches | killed | median examples to detection | 90th percentile | most |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for way, (searches, killed, needed) in results.items():
+        tenth = statistics.quantiles(needed, n=10)[-1] if len(needed) > 1 else (needed or [0])[0]
+        print(f"| {way} | {searches} | {killed} | {statistics.median(needed) if needed else '-'} | {tenth:.0f} | {max(needed, default=0)} |")
+    for line in missed:
+        print("  not killed:", line)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ RUNS = (("reference.numpy", "float64"), ("reference.numpy", "float32"), ("refere
 
 
 def measure(examples, names):
-    """In a revision's checkout: {run: [invariants, examples, CPU seconds, soak minutes, failed]} for each of RUNS.
+    """In a revision's checkout: {run: [invariants, examples, CPU seconds, soak minutes, failed, engine minutes]} for each of RUNS.
 
+    Engine minutes are the soak's with hypothesis's engine throughout (the same as its minutes before direct draws).
     A failing invariant stops early, so its soak minutes are those of the examples it ran: the count says so.
     """
     import time
@@ -62,7 +63,7 @@ def measure(examples, names):
     table = {}
     for target, dtype in RUNS:
         impl = load_implementation(target, dtype=dtype)
-        row = [0, 0, 0.0, 0.0, 0]
+        row = [0, 0, 0.0, 0.0, 0, 0.0]
         for inv in all_invariants():
             if names is not None and inv.name not in names:
                 continue
@@ -73,13 +74,13 @@ def measure(examples, names):
             if status == "skipped" or not count:
                 continue
             runs = SOAK_EXAMPLES if count >= examples else count
-            minutes = seconds / count * runs / 60
+            minutes = engine_minutes = seconds / count * runs / 60
             if engine_examples is not None and count >= examples and status == "passed":
                 direct_status, direct_count, direct_seconds = timed(inv, impl, settings=settings(chosen, max_examples=examples + 1),
                                                                     engine_examples=1)
                 minutes = (seconds / count * engine_examples + direct_seconds / direct_count * (SOAK_EXAMPLES - engine_examples)) / 60
                 status, count, seconds = direct_status, count + direct_count, seconds + direct_seconds
-            row = [row[0] + 1, row[1] + count, row[2] + seconds, row[3] + minutes, row[4] + (status != "passed")]
+            row = [row[0] + 1, row[1] + count, row[2] + seconds, row[3] + minutes, row[4] + (status != "passed"), row[5] + engine_minutes]
         table[f"{target} {dtype}"] = row
     return table
 
@@ -143,6 +144,9 @@ def main(argv=None):
         failed = sum(row[4] for row in table.values())
         note = f"  ({failed} runs failed: their minutes are those of the examples they ran)" if failed else ""
         print(f"{rev:14} {cells} {sum(row[3] for row in table.values()):7.0f} {examples / seconds:9.0f}{note}")
+        engine = [table[f"{t} {d}"][5] for t, d in RUNS]
+        if engine != [table[f"{t} {d}"][3] for t, d in RUNS]:  # it draws directly past ENGINE_EXAMPLES
+            print(f"{'  (engine only)':14} " + " ".join(f"{minutes:13.1f}           " for minutes in engine) + f" {sum(engine):7.0f}")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
     python benchmarks/suite_speed.py                 # ci profile: pytest wall times + examples/s
     python benchmarks/suite_speed.py --profile thorough --skip-pytest
-    python benchmarks/suite_speed.py --soak-estimate 300   # the thorough soak's run time, from 300 examples per invariant
     python benchmarks/suite_speed.py --breakdown 300       # where the time per example goes, per reference and dtype
 
-Prints figures; asserts nothing (speed targets live here, not in timed tests).
+The thorough soak's run time is soak_compare.py's to estimate (`python benchmarks/soak_compare.py HEAD`),
+past hypothesis's engine included. Prints figures; asserts nothing (speed targets live here, not in timed tests).
 """
 
 from __future__ import annotations
@@ -52,33 +52,6 @@ def examples_per_second(profile):
             row[2] += outcome.seconds
             row[3] += not outcome.passed
     return table
-
-
-def soak_estimate(sample):
-    """Per reference and dtype: the thorough soak's estimated run time, from `sample` fresh examples of each invariant.
-
-    An invariant that runs out of inputs before `sample` (a table of known values) runs as many
-    in the soak; the others run THOROUGH examples at the rate measured here.
-    """
-    from hypothesis import settings as hypothesis_settings
-
-    thorough = profile_settings("thorough")
-    measured = hypothesis_settings(thorough, max_examples=sample)
-    rows = []
-    for target in TARGETS:
-        for dtype in ("float64", "float32"):
-            impl = load_implementation(target, dtype=dtype)
-            seconds = examples = 0.0
-            for inv in all_invariants():
-                outcome = run_invariant(inv, impl, settings=measured)
-                if outcome.status == "skipped":
-                    continue
-                rate = outcome.seconds / max(outcome.examples, 1)
-                runs = thorough.max_examples if outcome.examples >= sample else outcome.examples
-                seconds += rate * runs
-                examples += runs
-            rows.append((target, dtype, int(examples), seconds))
-    return rows
 
 
 class _Stopwatch:
@@ -142,7 +115,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="ci", choices=PROFILE_NAMES)
     parser.add_argument("--skip-pytest", action="store_true", help="only the in-process examples/s table")
-    parser.add_argument("--soak-estimate", type=int, metavar="N", help="estimate the thorough soak from N examples per invariant, and stop")
     parser.add_argument("--breakdown", type=int, metavar="N", help="where the time per example goes, from N examples per invariant, and stop")
     args = parser.parse_args(argv)
     if args.breakdown:
@@ -151,15 +123,6 @@ def main(argv=None):
         for target, dtype, examples, total, drawing, calls, checks, engine in time_breakdown(args.breakdown):
             shares = " ".join(f"{part / total:{width}.0%}" for part, width in ((drawing, 8), (calls, 6), (checks, 7), (engine, 10)))
             print(f"{target:18} {dtype:8} {examples:9,d} {examples / total:6.0f} {shares}")
-        return
-    if args.soak_estimate:
-        print(f"thorough soak, estimated from {args.soak_estimate} examples per invariant (one process, in-process run_invariant)")
-        print(f"{'target':18} {'dtype':8} {'examples':>10} {'minutes':>8}")
-        total = 0.0
-        for target, dtype, examples, seconds in soak_estimate(args.soak_estimate):
-            print(f"{target:18} {dtype:8} {examples:10,d} {seconds / 60:8.1f}")
-            total += seconds
-        print(f"{'total':27} {'':>10} {total / 60:8.1f}  (about {total / 120:.0f} min of wall time with -n 2)")
         return
     if not args.skip_pytest:
         print(f"pytest invariants, profile {args.profile}")

@@ -255,6 +255,8 @@ def _draw_directly(search, count, settings, seed):
                 with direct_draws.build_context(data):
                     search.body(_DirectDraw(data))
                 valid += 1
+                if not data.recorded:  # it draws nothing: every example is this one
+                    break
             except (StopTest, UnsatisfiedAssumption):  # a rejected draw
                 continue
             except (InvariantSkipped, TransportLost) as exc:  # nothing to replay: a skip, or an implementation out of reach

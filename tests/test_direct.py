@@ -142,3 +142,30 @@ def test_a_derandomized_search_draws_the_same_directly_every_time():
     first, seen[:] = list(seen), []
     run_invariant(_invariant(record), _impl(), settings=derandomized, engine_examples=100)
     assert seen == first and len(first) == 400
+
+
+def test_a_lost_transport_during_direct_draws_stops_the_search_without_a_replay():
+    from invariants.protocol import TransportLost
+
+    calls = []
+
+    def dies_late(impl, case):
+        calls.append(case.draw(st.integers(0, 10**6), "n"))
+        if len(calls) == 30:
+            raise TransportLost("died", "the worker process crashed with a segmentation fault (SIGSEGV)")
+
+    outcome = run_invariant(_invariant(dies_late), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=200), seed=1,
+                            engine_examples=10)
+    assert outcome.status == "error" and outcome.lost == "died" and len(calls) == 30
+
+
+def test_engine_examples_must_be_a_count_or_none():
+    with pytest.raises(ValueError, match="engine_examples=0 must be a whole number of at least 1"):
+        run_invariant(_invariant(_above_500), _impl(), settings=THOROUGH, engine_examples=0)
+
+
+def test_a_check_that_draws_nothing_runs_once():
+    calls = []
+    outcome = run_invariant(_invariant(lambda impl, case: calls.append(1)), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=300),
+                            seed=1, engine_examples=1)
+    assert outcome.status == "passed" and len(calls) == outcome.examples <= 3
