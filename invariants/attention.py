@@ -34,7 +34,7 @@ from invariants.reference_check import reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, permutations, sampled_from, swept_lengths
+from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, integers, permutations, sampled_from, swept_lengths
 from strategies.core import weights as weight_matrices
 
 # Each strategy built once per set of arguments: building one costs more than drawing from it.
@@ -162,7 +162,7 @@ def causal_non_leakage(impl, case):
     """
     inputs = _draw_inputs(impl, case, min_seq=2, causal=True, **SWEEP, large_scores=True)
     T_max = inputs["x"].shape[1]
-    drawn_j = case.draw(st.integers(1, T_max - 1), "j (first replaced position; at most T - 1 at each length T)")
+    drawn_j = case.draw(integers(1, T_max - 1), "j (first replaced position; at most T - 1 at each length T)")
     changed = _new_tokens(impl, case, inputs, "new tokens (used at positions >= j)")
     for T in _lengths(inputs):
         j = min(drawn_j, T - 1)
@@ -198,7 +198,7 @@ def causal_gradient(impl, case):
     x = inputs["x"]  # (B, T, d)
     B, T, d = x.shape
     cotangents = case.draw(float_arrays((T - 1, B, d)), "cotangents")  # a direction for each out[:, i], i < T - 1
-    extra = case.draw(st.integers(1, T - 1), "a further boundary m (long sequences)")
+    extra = case.draw(integers(1, T - 1), "a further boundary m (long sequences)")
     for length in _lengths(inputs):
         short = truncated(inputs, length)
         call = _call(short, "differentiated with torch.autograd.grad")
@@ -395,7 +395,7 @@ def batch_items_independent(impl, case):
     inputs = _draw_inputs(impl, case, min_batch=2, **LONG, large_scores=True)
     x = inputs["x"]  # (B, T, d)
     B, T, d = x.shape
-    item = case.draw(st.integers(0, B - 1), "changed batch item")
+    item = case.draw(integers(0, B - 1), "changed batch item")
     changed = x.copy()
     changed[item] = case.draw(float_arrays((T, d), **PERTURBATION_SCALES), "new batch item")
     while largest_score_sum(changed, inputs["W_q"], inputs["W_k"], inputs["n_heads"]) > _score_bound(impl):

@@ -35,7 +35,7 @@ from invariants.conventions import (
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, just, permutations, swept_lengths
+from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, swept_lengths
 from strategies.params import block_params
 
 EPS = PROTOCOL_EPS  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside unless LAYER_NORM_EPS says otherwise
@@ -185,7 +185,7 @@ def causal_non_leakage(impl, case):
     Drawn at lengths up to 129: a long draw runs at every length either side of 16, 32, 64 and 128 up to it.
     """
     shape, x, params = _block_case(impl, case, min_seq=2, long_lengths=SWEPT_LENGTHS)
-    drawn_j = case.draw(st.integers(1, shape.seq - 1), "j (first changed position; at most T - 1 at each length T)")
+    drawn_j = case.draw(integers(1, shape.seq - 1), "j (first changed position; at most T - 1 at each length T)")
     new = case.draw(float_arrays((shape.batch, shape.seq - 1, shape.d_model)), "new x[:, 1:] (used from j on)")  # (B, T - 1, d)
     for T in swept_lengths(shape.seq):
         j = min(drawn_j, T - 1)

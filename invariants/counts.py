@@ -17,6 +17,7 @@ from invariants.conventions import declared_skip
 from invariants.moe import moe_params_for
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance
+from strategies.core import integers
 from strategies.params import gpt_configs, gpt_params
 
 GPT2_VOCAB, GPT2_MAX_LEN = 50_257, 1_024
@@ -82,7 +83,7 @@ def vocabulary_adds_one_row(impl, case):
     """Each token added to the vocabulary adds exactly d_model parameters to gpt_param_count: one row of the table that is
     both the embedding and the tied output layer."""
     config = case.draw(gpt_configs(min_vocab=1, max_vocab=40, max_max_len=12, min_layers=0, max_layers=3), "config")
-    added = case.draw(st.one_of(st.just(1), st.integers(1, 50_257)), "tokens added")
+    added = case.draw(st.one_of(st.just(1), integers(1, 50_257)), "tokens added")
     args = (config.vocab, config.d_model, config.n_layers, config.max_len, config.attn_bias)
     grown = (config.vocab + added, *args[1:])
     gap = np.asarray(impl.gpt_param_count(*grown)) - np.asarray(impl.gpt_param_count(*args))
@@ -112,7 +113,7 @@ def twelve_l_d_squared_rule(impl, case):
 )
 def inference_flops_rule(impl, case):
     """inference_flops_per_token(N) = 2·N (a 7B model: 1.4e10 per token)."""
-    n_params = case.draw(st.one_of(st.just(7e9), st.integers(1, 10**12)), "N")
+    n_params = case.draw(st.one_of(st.just(7e9), integers(1, 10**12)), "N")
     got = np.asarray(impl.inference_flops_per_token(n_params), dtype=np.float64)
     assert_close(got, 2.0 * n_params, "inference FLOPs per token", ARITHMETIC, f"inference_flops_per_token({n_params!r})")
 
@@ -123,7 +124,7 @@ def inference_flops_rule(impl, case):
 )
 def training_flops_rule(impl, case):
     """training_flops(N, D) = 6·N·D (GPT-3, 175e9 parameters on 300e9 tokens: 3.15e23)."""
-    n_params, n_tokens = case.draw(st.one_of(st.just((175e9, 300e9)), st.tuples(st.integers(1, 10**9), st.integers(1, 10**9))), "(N, D)")
+    n_params, n_tokens = case.draw(st.one_of(st.just((175e9, 300e9)), st.tuples(integers(1, 10**9), integers(1, 10**9))), "(N, D)")
     got = np.asarray(impl.training_flops(n_params, n_tokens), dtype=np.float64)
     expected = 6 * n_params * n_tokens  # integers below 2**63, so an int64 answer is exact too; 3.15e23 for GPT-3
     assert_close(got, float(expected), "training FLOPs", ARITHMETIC, f"training_flops({n_params!r}, {n_tokens!r})")
@@ -154,9 +155,9 @@ def moe_known_counts(impl, case):
 )
 def moe_counts_by_part(impl, case):
     """moe_n_params(d, E) = d·E + E·(8d² + 5d) and moe_active_params(d, E, k) = d·E + k·(8d² + 5d)."""
-    d = case.draw(st.integers(1, 512), "d")
-    n_experts = case.draw(st.integers(1, 64), "E")
-    k = case.draw(st.integers(1, n_experts), "k")
+    d = case.draw(integers(1, 512), "d")
+    n_experts = case.draw(integers(1, 64), "E")
+    k = case.draw(integers(1, n_experts), "k")
     expert = 8 * d * d + 5 * d  # W1 (d, 4d), b1, W2 (4d, d), b2
     router = d * n_experts
     assert_value(impl.moe_n_params(d, n_experts), router + n_experts * expert, "moe_n_params", f"moe_n_params({d}, {n_experts})")
@@ -175,8 +176,8 @@ def _expert_size(d):
 )
 def moe_count_matches_params(impl, case):
     """moe_n_params(d, E) equals the total size of the router and the E experts the suite feeds moe."""
-    d = case.draw(st.integers(1, 16), "d")
-    n_experts = case.draw(st.integers(1, 8), "E")
+    d = case.draw(integers(1, 16), "d")
+    n_experts = case.draw(integers(1, 8), "E")
     params = case.draw(moe_params_for(impl, d, n_experts), "params")
     router = params["router"].size
     experts = sum(array.size for expert in params["experts"] for array in expert.values())
@@ -193,9 +194,9 @@ def moe_count_matches_params(impl, case):
 def mixture_total_minus_active(impl, case):
     """A mixture's total minus what a token uses is the E − k experts it skips:
     moe_n_params(d, E) − moe_active_params(d, E, k) = (E − k)·(8d² + 5d)."""
-    d = case.draw(st.integers(1, 512), "d")
-    n_experts = case.draw(st.integers(2, 64), "E")
-    k = case.draw(st.integers(1, n_experts), "k")
+    d = case.draw(integers(1, 512), "d")
+    n_experts = case.draw(integers(2, 64), "E")
+    k = case.draw(integers(1, n_experts), "k")
     gap = np.asarray(impl.moe_n_params(d, n_experts)) - np.asarray(impl.moe_active_params(d, n_experts, k))
     what = f"moe_n_params - moe_active_params (E - k = {n_experts - k} experts of {_expert_size(d)} unused)"
     assert_value(gap, (n_experts - k) * _expert_size(d), what, f"moe_n_params({d}, {n_experts}) - moe_active_params({d}, {n_experts}, {k})")
@@ -209,9 +210,9 @@ def mixture_total_minus_active(impl, case):
 )
 def active_equals_total_when_all_chosen(impl, case):
     """moe_active_params(d, E, k) <= moe_n_params(d, E) for every k, with equality at k = E: a token sent to every expert uses the whole layer."""
-    d = case.draw(st.integers(1, 512), "d")
-    n_experts = case.draw(st.integers(1, 64), "E")
-    k = case.draw(st.integers(1, n_experts), "k")
+    d = case.draw(integers(1, 512), "d")
+    n_experts = case.draw(integers(1, 64), "E")
+    k = case.draw(integers(1, n_experts), "k")
     total = np.asarray(impl.moe_n_params(d, n_experts))
     actives = np.array([np.asarray(impl.moe_active_params(d, n_experts, j)) for j in (1, k, n_experts)])  # (3,)
     calls = f"moe_active_params({d}, {n_experts}, k) for k = 1, {k}, {n_experts}; moe_n_params({d}, {n_experts}) = {total}"

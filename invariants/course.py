@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 import reference.numpy as ref
 from invariants.asserts import assert_equal, assert_shape, assert_value, assert_where
 from invariants.protocol import ImplementationError
 from invariants.registry import invariant
-from strategies.core import seeds
+from strategies.core import integers, seeds
 from strategies.params import GPTConfig, init_gpt_params
 from strategies.text import COURSE_ALPHABET, corpora, token_streams, window_lengths
 
@@ -34,8 +33,8 @@ def vocabulary_is_sorted_characters(impl, case):
 def tokenizer_round_trip(impl, case):
     """decode(encode(t, vocab), vocab) == t for every text t over the vocabulary, the empty text included."""
     corpus = case.draw(corpora(min_size=1), "corpus")
-    start = case.draw(st.integers(0, len(corpus)), "t's start in the corpus")
-    end = case.draw(st.integers(start, len(corpus)), "t's end in the corpus")
+    start = case.draw(integers(0, len(corpus)), "t's start in the corpus")
+    end = case.draw(integers(start, len(corpus)), "t's end in the corpus")
     t = corpus[start:end]
     vocab = "".join(sorted(set(corpus)))
     call = "decode(encode(t, vocab), vocab) with vocab the corpus's sorted characters"
@@ -64,7 +63,7 @@ def batches_shift_by_one(impl, case):
     """get_batch returns x (B, T) and y (B, T) with x[b] = data[s : s+T] and y[b] = data[s+1 : s+T+1] for some start s."""
     data = case.draw(token_streams(), "data")
     seq_len = case.draw(window_lengths(len(data)), "seq_len")
-    batch_size = case.draw(st.integers(1, 4), "batch_size")
+    batch_size = case.draw(integers(1, 4), "batch_size")
     seed = case.draw(seeds(), "seed")
     call = f"get_batch(data (len {len(data)}), batch_size={batch_size}, seq_len={seq_len}, seed={seed})"
     answer = impl.get_batch(data, batch_size, seq_len, seed)

@@ -11,7 +11,6 @@ n_heads) is pre-norm: x + SelfAttn(LN1(x)) (causal), + CrossAttn(LN2(x), memory)
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
@@ -19,7 +18,7 @@ from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps,
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance, layer_norm_condition
-from strategies.core import float_arrays, permutations
+from strategies.core import float_arrays, integers, permutations
 from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 
 ROUNDINGS = 8  # as invariants/attention.py
@@ -90,7 +89,7 @@ def sees_every_memory_position(impl, case):
     position (float32 and float64, wherever the reference's output moves by more than rounding: in 16 bits any change can round away)."""
     inputs = case.draw(cross_inputs(min_memory=2), "inputs")
     B, S, d = inputs["memory"].shape
-    j = case.draw(st.integers(0, S - 1), "j (changed encoder position)")
+    j = case.draw(integers(0, S - 1), "j (changed encoder position)")
     memory = inputs["memory"].copy()
     memory[:, j] += _shift(case, (B, d))
     call = _call(inputs, f"with memory[:, {j}] shifted")
@@ -188,7 +187,7 @@ def block_causal_non_leakage(impl, case):
     """Changing the decoder input at positions >= j leaves the decoder block's outputs at positions < j exactly equal, whatever the memory."""
     x, memory, params, n_heads = _block_case(impl, case, min_seq=2)
     B, T, d = x.shape
-    j = case.draw(st.integers(1, T - 1), "j (first changed position)")
+    j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = x.copy()
     changed[:, j:] = case.draw(float_arrays((B, T - j, d), **PERTURBATION_SCALES), "new x[:, j:]")
     call = _block_call(x, memory, n_heads, f"with x[:, {j}:] changed")
@@ -207,7 +206,7 @@ def block_sees_every_memory_position(impl, case):
     """Shifting the encoder output at any one position j changes the decoder block's output at every decoder position (float32 and float64)."""
     x, memory, params, n_heads = _block_case(impl, case, min_memory=2)
     B, S, d = memory.shape
-    j = case.draw(st.integers(0, S - 1), "j (changed encoder position)")
+    j = case.draw(integers(0, S - 1), "j (changed encoder position)")
     changed = memory.copy()
     changed[:, j] += _shift(case, (B, d))
     call = _block_call(x, memory, n_heads, f"with memory[:, {j}] shifted")

@@ -23,7 +23,6 @@ the bfloat16 grid was computed, or kept, in float32.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from invariants.asserts import assert_dtype, assert_value, assert_where
 from invariants.block import block_params_for
@@ -43,7 +42,7 @@ from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 from strategies.activation import activation_inputs
 from strategies.attention import attention_args, attention_inputs
-from strategies.core import attention_shapes, float_arrays, sampled_from
+from strategies.core import attention_shapes, float_arrays, integers, sampled_from
 from strategies.decoder import (
     cross_args,
     cross_inputs,
@@ -160,7 +159,7 @@ def assert_keeps_dtype(impl, name, args, *, parts=None):
 def softmax_keeps_dtype(impl, case):
     """softmax(x, axis) has x's dtype."""
     x = case.draw(logits(max_ndim=2, max_vocab=8), "x")
-    axis = case.draw(st.integers(-x.ndim, x.ndim - 1), "axis")
+    axis = case.draw(integers(-x.ndim, x.ndim - 1), "axis")
     assert_keeps_dtype(impl, "softmax", (x, axis))
 
 

@@ -14,7 +14,7 @@ from invariants.conventions import biases_as_declared, d_ff_for
 from invariants.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
-from strategies.core import permutations
+from strategies.core import integers, permutations
 from strategies.feed_forward import feed_forward_weights, hidden_states
 
 ARGS = ("W1", "b1", "W2", "b2")
@@ -49,7 +49,7 @@ def feed_forward_position_wise(impl, case):
     """Changing one token of x leaves the feed-forward output at every other token exactly unchanged (same shapes, so bitwise)."""
     x, p = _draw(impl, case)
     B, T, d = x.shape
-    b, t = case.draw(st.integers(0, B - 1), "changed batch item"), case.draw(st.integers(0, T - 1), "changed token")
+    b, t = case.draw(integers(0, B - 1), "changed batch item"), case.draw(integers(0, T - 1), "changed token")
     new = case.draw(hidden_states(min_batch=1, max_batch=1, min_seq=1, max_seq=1, min_d=d, max_d=d), "new token")  # (1, 1, d)
     changed = x.copy()
     changed[b, t] = new[0, 0]

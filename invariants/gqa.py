@@ -17,13 +17,13 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_shape, assert_value
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, returns_weights
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
+from strategies.core import integers
 from strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
 
 ROUNDINGS = 8  # as invariants/attention.py: the roundings between q, k, v and the output (scores, scale, softmax, weights @ v)
@@ -173,7 +173,7 @@ def queries_shorter_than_keys(impl, case):
     gqa_attention(q, k, v)[:, :, -t:], outputs and weights, to rounding (queries are aligned with the last keys, as in a KV cache)."""
     inputs = draw_gqa_inputs(impl, case, shape=dict(min_seq=2, max_cached=0), causal=True)
     T = inputs["q"].shape[2]
-    t = case.draw(st.integers(1, T - 1), "t (queries kept)")
+    t = case.draw(integers(1, T - 1), "t (queries kept)")
     call = gqa_call(inputs, f"vs the same with only the last {t} queries, q[:, :, {T - t}:]")
     out, weights = attend(impl, inputs, call)
     last_out, last_weights = attend(impl, inputs, call, q=inputs["q"][:, :, T - t :])

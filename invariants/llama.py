@@ -22,7 +22,7 @@ from invariants.conventions import declared, rms_norm_eps
 from invariants.registry import invariant
 from invariants.rope import assert_close_to_a_pairing, rope_pairings
 from invariants.tolerance import agreement_tolerance
-from strategies.core import float_arrays
+from strategies.core import float_arrays, integers
 from strategies.decoder import llama_block_params, llama_configs, llama_params
 from strategies.params import token_ids
 
@@ -102,7 +102,7 @@ def model_condition(impl, ids, params, config):
 
 def _block_case(impl, case, *, min_seq=1, **options):
     config = draw_config(impl, case, **options)
-    shape = case.draw(st.tuples(st.integers(1, 2), st.integers(min_seq, 6)), "(batch, seq)")
+    shape = case.draw(st.tuples(integers(1, 2), integers(min_seq, 6)), "(batch, seq)")
     x = case.draw(float_arrays((*shape, config.d_model)), "x")  # (B, T, d)
     return config, x, case.draw(llama_block_params(config), "params")
 
@@ -142,7 +142,7 @@ def causal_non_leakage(impl, case):
     """Changing x at positions >= j leaves the Llama block's outputs at positions < j exactly equal."""
     config, x, params = _block_case(impl, case, min_seq=2)
     B, T, d = x.shape
-    j = case.draw(st.integers(1, T - 1), "j (first changed position)")
+    j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = x.copy()
     changed[:, j:] = case.draw(float_arrays((B, T - j, d), min_scale=0.25, max_scale=4.0), "new x[:, j:]")
     call = block_call(config, f"with x[:, {j}:] changed")
@@ -221,7 +221,7 @@ def model_causal_non_leakage(impl, case):
     """Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal."""
     config, params, ids = model_case(impl, case, min_seq=2)
     B, T = ids.shape
-    j = case.draw(st.integers(1, T - 1), "j (first changed position)")
+    j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = ids.copy()
     changed[:, j:] = case.draw(token_ids(config.vocab, min_batch=B, max_batch=B, min_seq=T - j, max_seq=T - j), "new ids[:, j:]")
     call = model_call(config, ids, f"with ids[:, {j}:] changed")

@@ -15,13 +15,12 @@ sentinel is -inf in float16 (google/flax#982), which turns fully masked rows int
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
 from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
 from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, gqa_call, sees_a_key, value_scale, visible
 from invariants.registry import invariant
-from strategies.core import float_arrays
+from strategies.core import float_arrays, integers
 
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its gqa_attention returns no weights to count")
 _NO_WINDOW = first_reason(  # a sliding window is defined on causal attention only
@@ -59,8 +58,8 @@ def window_outside_keys_ignored(impl, case):
     inputs = draw_gqa_inputs(impl, case, shape=dict(min_seq=2), causal=True, windowed=False, masked=False)
     B, H_kv, S, D = inputs["k"].shape
     T = inputs["q"].shape[2]
-    window = case.draw(st.integers(1, S - 1), "window w")
-    j0 = case.draw(st.integers(1, S - window), "j0 (keys 0 .. j0 - 1 replaced)")
+    window = case.draw(integers(1, S - 1), "window w")
+    j0 = case.draw(integers(1, S - window), "j0 (keys 0 .. j0 - 1 replaced)")
     inputs = {**inputs, "window": window}
     new_k = inputs["k"].copy()
     new_v = inputs["v"].copy()
@@ -86,7 +85,7 @@ def window_covering_all_keys_is_causal(impl, case):
     """A window w >= S (every key within reach) gives the same outputs and weights as causal attention without a window, to rounding."""
     inputs = draw_gqa_inputs(impl, case, causal=True, windowed=False)
     S = inputs["k"].shape[2]
-    window = case.draw(st.integers(S, S + 3), "window w >= S")
+    window = case.draw(integers(S, S + 3), "window w >= S")
     call = gqa_call({**inputs, "window": window}, "vs window=None")
     out, weights = attend(impl, {**inputs, "window": window}, call)
     plain_out, plain_weights = attend(impl, inputs, call)

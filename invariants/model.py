@@ -23,7 +23,7 @@ from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
-from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, none, one_of, sampled_from, swept_lengths
+from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, integers, none, one_of, sampled_from, swept_lengths
 from strategies.params import gpt_configs, gpt_params, token_ids
 
 
@@ -90,8 +90,8 @@ def causal_non_leakage(impl, case):
     Drawn at lengths up to 129: a long draw runs at every length either side of 16, 32, 64 and 128 up to it.
     """
     config, params, ids = _model_case(impl, case, min_seq=2, long_lengths=SWEPT_LENGTHS)
-    drawn_j = case.draw(st.integers(1, ids.shape[1] - 1), "j (first changed position; at most T - 1 at each length T)")
-    shift = case.draw(st.integers(1, config.vocab - 1), "id shift")
+    drawn_j = case.draw(integers(1, ids.shape[1] - 1), "j (first changed position; at most T - 1 at each length T)")
+    shift = case.draw(integers(1, config.vocab - 1), "id shift")
     for T in swept_lengths(ids.shape[1]):
         j = min(drawn_j, T - 1)
         changed = ids.copy()
@@ -123,7 +123,7 @@ def prefix_consistency(impl, case):
     the unscaled tolerance by 1.6× once in 1.46 million examples, its sums over 92 and 129 keys paired differently.
     """
     config, params, ids = _model_case(impl, case, long_lengths=SWEPT_LENGTHS)
-    drawn_j = case.draw(st.integers(1, ids.shape[1]), "j (prefix length; at most T at each length T)")
+    drawn_j = case.draw(integers(1, ids.shape[1]), "j (prefix length; at most T at each length T)")
     for T in swept_lengths(ids.shape[1]):
         j = min(drawn_j, T)
         prefix = _logits(impl, config, ids[:, :j], params, f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads})")
@@ -198,8 +198,8 @@ def refuses_bad_ids(impl, case):
         ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=config.max_len + 1, max_seq=config.max_len + 3), "ids")
     else:
         ids = case.draw(token_ids(config.vocab, max_batch=2, max_seq=config.max_len), "ids")
-        where = case.draw(st.tuples(st.integers(0, ids.shape[0] - 1), st.integers(0, ids.shape[1] - 1)), "bad id's (row, position)")
-        beyond = case.draw(st.integers(0, 3), "distance outside the vocabulary")
+        where = case.draw(st.tuples(integers(0, ids.shape[0] - 1), integers(0, ids.shape[1] - 1)), "bad id's (row, position)")
+        beyond = case.draw(integers(0, 3), "distance outside the vocabulary")
         ids[where] = config.vocab + beyond if problem == "an id >= vocab" else -1 - beyond
     call = f"gpt_logits(ids {ids.shape} with {problem} (vocab={config.vocab}, max_len={config.max_len}), params, n_heads={config.n_heads})"
     try:

@@ -18,7 +18,7 @@ from invariants.conventions import Declared, biases_as_declared, d_ff_for, decla
 from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
-from strategies.core import permutations
+from strategies.core import integers, permutations
 from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 
 
@@ -146,7 +146,7 @@ def top_k_gates_shift_invariance(impl, case):
     """Adding a constant to one token's router scores leaves its gates unchanged (to rounding: without the row
     maximum subtracted, exp(r + c) does not round like exp(r)·exp(c))."""
     logits, k = _routing(case, ties=_follows_tie_rule(impl))  # an implementation without a tie rule may break ties by value
-    steps = case.draw(st.lists(st.integers(-32, 32), min_size=len(logits), max_size=len(logits)), "shift per token (units of 1/8)")
+    steps = case.draw(st.lists(integers(-32, 32), min_size=len(logits), max_size=len(logits)), "shift per token (units of 1/8)")
     shifted = logits + np.array(steps, dtype=float)[:, None] * LOGIT_STEP  # (N, E), still exact in every dtype
     call = f"top_k_gates(router_logits + c, k={k}) vs top_k_gates(router_logits, k={k})"
     assert_close(_gates(impl, shifted, k, call), _gates(impl, logits, k, call), "top_k_gates(router_logits + c)", impl.tolerance, call)

@@ -18,14 +18,13 @@ huggingface/transformers#29285).
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import as_array, assert_close, assert_equal, assert_shape
 from invariants.conventions import declared
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance, agreement_tolerance
-from strategies.core import float_arrays
+from strategies.core import float_arrays, integers
 from strategies.decoder import rope_inputs
 
 ROUNDINGS = 4  # the rotated value: x·cos, the partner·sin, their sum, and cos/sin themselves rounded to the dtype
@@ -104,7 +103,7 @@ def relative_offsets(impl, case):
     inputs = case.draw(rope_inputs(), "q and its positions")
     q, positions, base = inputs["x"], inputs["positions"], inputs["base"]
     k = case.draw(float_arrays(q.shape), "k (at the same positions)")
-    shift = case.draw(st.integers(1, 64), "shift s")
+    shift = case.draw(integers(1, 64), "shift s")
     call = _call(inputs, f"and on k, then again at positions + {shift}")
     scores = {}
     for s in (0, shift):

@@ -13,7 +13,7 @@ from invariants.asserts import assert_close, assert_equal, assert_finite, assert
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
-from strategies.core import sampled_from
+from strategies.core import integers, sampled_from
 from strategies.softmax import large_logits, logits, shifts, targets
 
 COURSE_VOCAB = 28  # the P01 character vocabulary: ' .abcdefghijklmnopqrstuvwxyz'
@@ -38,7 +38,7 @@ def _peak(x):
 def softmax_rows_sum_to_one(impl, case):
     """softmax(x, axis) sums to 1 along `axis`, for every axis of x."""
     x = case.draw(logits(), "x")
-    axis = case.draw(st.integers(-x.ndim, x.ndim - 1), "axis")
+    axis = case.draw(integers(-x.ndim, x.ndim - 1), "axis")
     call = f"softmax(x, axis={axis})"
     p = assert_shape(impl.softmax(x, axis), x.shape, "softmax(x)", call)
     tol = impl.tolerance.at_scale(1.0)  # each entry is rounded relative to itself; the entries add up to 1
@@ -118,7 +118,7 @@ def softmax_masked_entries_are_zero(impl, case):
 def softmax_agrees_with_reference(impl, case):
     """softmax agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
     x = case.draw(logits(masked=case.draw(st.booleans(), "masked")), "x")
-    axis = -1 if np.isinf(x).any() else case.draw(st.integers(-x.ndim, x.ndim - 1), "axis")
+    axis = -1 if np.isinf(x).any() else case.draw(integers(-x.ndim, x.ndim - 1), "axis")
     got = impl.softmax(x, axis)
     assert_agrees_with_reference(impl, "softmax", (x, axis), got, "softmax(x)", call=f"softmax(x, axis={axis})")
 

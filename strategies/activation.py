@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import byte_arrays, cached_strategy, float_arrays, sampled_from
+from strategies.core import byte_arrays, cached_strategy, float_arrays, integers, sampled_from
 
 ACTIVATION_PATTERNS = ("spread", "with zeros", "one value repeated")
 FLOAT16_SAFE = 40.0  # 40³ = 64000 < 65504: x³ in the tanh form stays finite in float16
@@ -61,8 +61,8 @@ def activation_inputs(*, min_ndim=1, max_ndim=3, min_side=1, max_side=6, min_abs
 
     @st.composite
     def build(draw):
-        ndim = draw(st.integers(min_ndim, max_ndim))
-        shape = tuple(draw(st.lists(st.integers(min_side, max_side), min_size=ndim, max_size=ndim)))
+        ndim = draw(integers(min_ndim, max_ndim))
+        shape = tuple(draw(st.lists(integers(min_side, max_side), min_size=ndim, max_size=ndim)))
         pattern = draw(sampled_from(ACTIVATION_PATTERNS))
         x = table[draw(byte_arrays(shape))]
         if pattern == "with zeros":
@@ -78,4 +78,4 @@ def activation_inputs(*, min_ndim=1, max_ndim=3, min_side=1, max_side=6, min_abs
 def paddings(*, max_length=9):
     """float64 vectors of length 0..max_length (grid values, normal-shaped) to surround an array with, moving its elements to other positions."""
     check_int("max_length", max_length, low=0)
-    return st.integers(0, max_length).flatmap(lambda n: float_arrays((n,)))
+    return integers(0, max_length).flatmap(lambda n: float_arrays((n,)))

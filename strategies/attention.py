@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_order
-from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, just, sampled_from, weight_part
+from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, integers, just, sampled_from, weight_part
 
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 # x patterns: "general"; "zero tokens" (about a third of the tokens, at least one, exactly 0: their query, key and value are 0);
@@ -132,7 +132,7 @@ def attention_inputs(
         elif pattern == "equal scores":
             drawn["W_q"] = np.zeros_like(drawn["W_q"])
         if top_exponent:
-            largest, e = draw(st.booleans()), draw(st.integers(low_exponent, top_exponent))
+            largest, e = draw(st.booleans()), draw(integers(low_exponent, top_exponent))
             e = top_exponent if largest else e  # the largest half the time; both drawn, so shrinking keeps them aligned
             while e and largest_score_sum(drawn["x"], drawn["W_q"] * 2.0**e, drawn["W_k"] * 2.0**e, shape.n_heads) > max_score_sum:
                 e -= 1  # deterministic, so the draw stays valid by construction

@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, just, sampled_from, seeds
+from strategies.core import cached_strategy, integers, just, sampled_from, seeds
 
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")
@@ -90,9 +90,9 @@ def _unused_by_rank(ranks):
 def _rope_inputs(min_batch, max_batch, min_heads, max_heads, min_seq, max_seq, min_pairs, max_pairs, max_position, bases):
     @st.composite
     def inputs(draw):
-        B, H = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_heads, max_heads))
-        T, D = draw(st.integers(min_seq, max_seq)), 2 * draw(st.integers(min_pairs, max_pairs))
-        ranks = [draw(st.integers(0, max_position - i)) for i in range(T)]  # the i-th: which of the positions left
+        B, H = draw(integers(min_batch, max_batch)), draw(integers(min_heads, max_heads))
+        T, D = draw(integers(min_seq, max_seq)), 2 * draw(integers(min_pairs, max_pairs))
+        ranks = [draw(integers(0, max_position - i)) for i in range(T)]  # the i-th: which of the positions left
         positions = _unused_by_rank(ranks)
         rng = np.random.default_rng(draw(seeds()))
         return {"x": rng.standard_normal((B, H, T, D)), "positions": np.array(positions, dtype=np.int64), "base": draw(sampled_from(bases))}
@@ -137,8 +137,8 @@ def gqa_shapes(*, min_batch=1, max_batch=2, min_kv_heads=1, max_kv_heads=2, min_
     check_int_range("seq", min_seq, max_seq, low=1)
     check_int_range("cached", min_cached, max_cached, low=0)
     check_int_range("d_head", min_d_head, max_d_head, low=1)
-    return st.builds(GQAShape, st.integers(min_batch, max_batch), st.integers(min_kv_heads, max_kv_heads), st.integers(min_group, max_group),
-                     st.integers(min_seq, max_seq), st.integers(min_cached, max_cached), st.integers(min_d_head, max_d_head))
+    return st.builds(GQAShape, integers(min_batch, max_batch), integers(min_kv_heads, max_kv_heads), integers(min_group, max_group),
+                     integers(min_seq, max_seq), integers(min_cached, max_cached), integers(min_d_head, max_d_head))
 
 
 def key_mask_of(pattern, batch, keys, rng):
@@ -191,7 +191,7 @@ def gqa_inputs(*, shapes=None, causal=None, masked=None, windowed=None, patterns
         B, H, H_kv, T, S, D = shape.batch, shape.n_heads, shape.n_kv_heads, shape.seq, shape.keys, shape.d_head
         is_causal = draw(_booleans(causal))
         mask_pattern = draw(sampled_from(patterns)) if draw(_booleans(masked)) else None
-        window = draw(st.integers(1, S + 1)) if is_causal and draw(_booleans(windowed)) else None
+        window = draw(integers(1, S + 1)) if is_causal and draw(_booleans(windowed)) else None
         scale = draw(_scales(min_scale, max_scale))
         rng = np.random.default_rng(draw(seeds()))
         return {
@@ -226,7 +226,7 @@ def swiglu_inputs(*, min_rows=1, max_rows=4, min_d_model=1, max_d_model=6, min_d
 def _swiglu_inputs(min_rows, max_rows, min_d_model, max_d_model, min_d_ff, max_d_ff):
     @st.composite
     def inputs(draw):
-        N, d, F = draw(st.integers(min_rows, max_rows)), draw(st.integers(min_d_model, max_d_model)), draw(st.integers(min_d_ff, max_d_ff))
+        N, d, F = draw(integers(min_rows, max_rows)), draw(integers(min_d_model, max_d_model)), draw(integers(min_d_ff, max_d_ff))
         rng = np.random.default_rng(draw(seeds()))
         return {"x": rng.standard_normal((N, d)), "W_gate": rng.standard_normal((d, F)) / np.sqrt(d),
                 "W_up": rng.standard_normal((d, F)) / np.sqrt(d), "W_down": rng.standard_normal((F, d)) / np.sqrt(F)}
@@ -283,11 +283,11 @@ def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_
 
     @st.composite
     def configs(draw):
-        H_kv, group, D = draw(st.integers(1, max_kv_heads)), draw(st.integers(min_group, max_group)), 2 * draw(st.integers(min_pairs, max_pairs))
+        H_kv, group, D = draw(integers(1, max_kv_heads)), draw(integers(min_group, max_group)), 2 * draw(integers(min_pairs, max_pairs))
         return LlamaConfig(
-            vocab=draw(st.integers(min_vocab, max_vocab)), n_layers=draw(st.integers(min_layers, max_layers)), n_kv_heads=H_kv, group=group,
-            d_head=D, d_ff=draw(st.integers(1, max_d_ff)), rope_base=draw(sampled_from(bases)),
-            window=draw(st.integers(1, max_window)) if draw(_booleans(windowed)) else None, qkv_bias=draw(_booleans(qkv_bias)),
+            vocab=draw(integers(min_vocab, max_vocab)), n_layers=draw(integers(min_layers, max_layers)), n_kv_heads=H_kv, group=group,
+            d_head=D, d_ff=draw(integers(1, max_d_ff)), rope_base=draw(sampled_from(bases)),
+            window=draw(integers(1, max_window)) if draw(_booleans(windowed)) else None, qkv_bias=draw(_booleans(qkv_bias)),
         )
 
     return configs()
@@ -369,7 +369,7 @@ def _decode_schedules(seq, min_chunks):
 
     # Built once per (seq, min_chunks); hypothesis's own just(), since one_of draws a shared strategy once, not once per branch.
     token_by_token = st.just(frozenset(range(1, seq)))
-    cut_points = st.sets(st.integers(1, seq - 1), min_size=min_chunks - 1) if seq > 1 else st.just(frozenset())
+    cut_points = st.sets(integers(1, seq - 1), min_size=min_chunks - 1) if seq > 1 else st.just(frozenset())
     schedules = [st.just(frozenset())] if min_chunks == 1 else []
     return st.one_of(*schedules, cut_points, token_by_token).map(chunks)
 
@@ -394,9 +394,9 @@ def cross_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=4, min_memory=1
 def _cross_inputs(min_batch, max_batch, min_seq, max_seq, min_memory, max_memory, min_heads, max_heads, min_d_head, max_d_head):
     @st.composite
     def inputs(draw):
-        B, T, S = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_seq, max_seq)), draw(st.integers(min_memory, max_memory))
-        H = draw(st.integers(min_heads, max_heads))
-        d = H * draw(st.integers(min_d_head, max_d_head))
+        B, T, S = draw(integers(min_batch, max_batch)), draw(integers(min_seq, max_seq)), draw(integers(min_memory, max_memory))
+        H = draw(integers(min_heads, max_heads))
+        d = H * draw(integers(min_d_head, max_d_head))
         rng = np.random.default_rng(draw(seeds()))
         drawn = {"x": rng.standard_normal((B, T, d)), "memory": rng.standard_normal((B, S, d))}
         for name in ("W_q", "W_k", "W_v", "W_o"):

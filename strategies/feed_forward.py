@@ -11,7 +11,7 @@ from functools import cache
 from hypothesis import strategies as st
 
 from strategies._validation import check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, float_arrays, grid_values, nearest_power_of_two, scales
+from strategies.core import cached_strategy, float_arrays, grid_values, integers, nearest_power_of_two, scales
 
 
 @cached_strategy
@@ -30,7 +30,7 @@ def hidden_states(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_d=1, ma
 
     @st.composite
     def states(draw):
-        shape = (draw(st.integers(min_batch, max_batch)), draw(st.integers(min_seq, max_seq)), draw(st.integers(min_d, max_d)))
+        shape = (draw(integers(min_batch, max_batch)), draw(integers(min_seq, max_seq)), draw(integers(min_d, max_d)))
         return draw(grid_values(shape)) * draw(spreads)  # (B, T, d)
 
     return states()
@@ -49,7 +49,7 @@ def feed_forward_weights(d_model, *, min_hidden=None, max_hidden=None):
     max_hidden = 4 * d_model if max_hidden is None else max_hidden
     check_int_range("hidden", min_hidden, max_hidden, low=1)
 
-    return st.integers(min_hidden, max_hidden).flatmap(lambda F: _weights(d_model, F))
+    return integers(min_hidden, max_hidden).flatmap(lambda F: _weights(d_model, F))
 
 
 @cache

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
-from strategies.core import GRID, byte_arrays, cached_strategy, nearest_power_of_two, permutation_of, sampled_from, small_ints
+from strategies.core import GRID, byte_arrays, cached_strategy, integers, nearest_power_of_two, permutation_of, sampled_from, small_ints
 
 LOGIT_STEP = 1 / 8  # router logits are multiples of this
 MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples of 1/8 there are exact in bfloat16
@@ -63,10 +63,10 @@ def moe_shapes(*, min_tokens=1, max_tokens=8, min_experts=1, max_experts=8, min_
 
     @st.composite
     def shapes(draw):
-        experts = draw(st.integers(max(min_experts, min_k), max_experts))
+        experts = draw(integers(max(min_experts, min_k), max_experts))
         top = experts if max_k is None else min(max_k, experts)
         k = draw(_ks(min_k, top))
-        return MoEShape(draw(st.integers(min_tokens, max_tokens)), experts, k, draw(st.integers(min_d, max_d)))
+        return MoEShape(draw(integers(min_tokens, max_tokens)), experts, k, draw(integers(min_d, max_d)))
 
     return shapes()
 
@@ -74,7 +74,7 @@ def moe_shapes(*, min_tokens=1, max_tokens=8, min_experts=1, max_experts=8, min_
 @cached_strategy
 def _ks(low, top):
     """k in [low, top]: low, top or between, a third each (three branches even where low = top: one_of draws a shared strategy once)."""
-    return st.one_of(st.just(low), st.just(top), st.integers(low, top))
+    return st.one_of(st.just(low), st.just(top), integers(low, top))
 
 
 def _check_moe_width(name, d):
@@ -149,11 +149,11 @@ def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=Non
 
     @st.composite
     def logits(draw):
-        if "zero" in patterns and draw(st.integers(0, 7)) == 7:
+        if "zero" in patterns and draw(integers(0, 7)) == 7:
             return np.zeros((n_tokens, n_experts))  # fully tied: every expert of every token (one draw in eight)
         rows = draw(st.lists(sampled_from(patterns), min_size=n_tokens, max_size=n_tokens))
-        favourite = draw(st.integers(0, n_experts - 1))
-        picks = draw(st.lists(st.integers(0, others), min_size=n_tokens, max_size=n_tokens))
+        favourite = draw(integers(0, n_experts - 1))
+        picks = draw(st.lists(integers(0, others), min_size=n_tokens, max_size=n_tokens))
         confident_of = [c + (c >= favourite and n_experts > 1) for c in picks]
         b = draw(byte_arrays((n_tokens, max(2 * top + 1, n_experts))))
         steps = [_row(b[i], p, n_experts, favourite if p == "leaning" else c, top, ties)
@@ -177,7 +177,7 @@ def uniform_mean_router_logits(n_experts, *, min_orbits=1, max_orbits=3, max_log
 
     @st.composite
     def logits(draw):
-        orbits = draw(st.integers(min_orbits, max_orbits))
+        orbits = draw(integers(min_orbits, max_orbits))
         base = draw(router_logits(orbits, n_experts, max_logit=max_logit))  # (orbits, E)
         rows = np.concatenate([np.roll(base, shift, axis=-1) for shift in range(n_experts)])  # (orbits·E, E)
         return rows[permutation_of(draw(byte_arrays((len(rows),))))]
@@ -247,4 +247,4 @@ def _moe_params(d, E, F, min_scale, max_scale, most, expert_ffn):
         weights = byte_arrays((E, d, F)), byte_arrays((E, F)), byte_arrays((E, F, d)), byte_arrays((E, d))  # W1, b1, W2, b2
     else:
         weights = byte_arrays((E, d, F)), byte_arrays((E, d, F)), byte_arrays((E, F, d))  # W_gate, W_up, W_down
-    return st.builds(build, byte_arrays((d, E)), st.integers(0, 7), byte_arrays((E,)), *weights)
+    return st.builds(build, byte_arrays((d, E)), integers(0, 7), byte_arrays((E,)), *weights)

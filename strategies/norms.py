@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, powers_of_two, sampled_from
+from strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, powers_of_two, sampled_from
 
 MIN_UNIT_STD = 0.25  # a grid row is repaired until its population std is at least this
 LARGEST_ROW_STD = 2.0**12  # 4096: rows up to about ±12,000, still finite in float16 (65504)
@@ -56,7 +56,7 @@ def norm_rows(*, min_rows=1, max_rows=6, min_d=2, max_d=16, min_row_std=0.1, max
 
     @st.composite
     def rows(draw):
-        n, d = draw(st.integers(min_rows, max_rows)), draw(st.integers(min_d, max_d))
+        n, d = draw(integers(min_rows, max_rows)), draw(integers(min_d, max_d))
         z = _spread_rows(draw(grid_values((n, d))))
         unit = z - z.mean(axis=-1, keepdims=True)  # (n, d): mean 0
         std = unit.std(axis=-1)  # (n,), in [1/4, 2.9]
@@ -64,7 +64,7 @@ def norm_rows(*, min_rows=1, max_rows=6, min_d=2, max_d=16, min_row_std=0.1, max
         out = np.empty_like(unit)
         for i in range(n):
             low, high = powers_of_two(min_row_std / std[i], max_row_std / std[i])  # non-empty: max/min >= 2
-            scale = 2.0 ** draw(st.integers(low, high))
+            scale = 2.0 ** draw(integers(low, high))
             out[i] = (unit[i] + offsets[i] * std[i]) * scale
         if zero_rows:
             out[draw(byte_arrays((n,))) >= 192] = 0.0
@@ -86,7 +86,7 @@ def scale_factors(*, min_exponent=-4, max_exponent=4, powers_of_two=False):
     check_order("min_exponent", min_exponent, "max_exponent", max_exponent)
     sign = sampled_from((1.0, -1.0))
     if powers_of_two:
-        magnitude = st.integers(min_exponent, max_exponent).map(lambda k: 2.0**k)
+        magnitude = integers(min_exponent, max_exponent).map(lambda k: 2.0**k)
     else:
         magnitude = st.floats(min_exponent / 2, max_exponent / 2).map(lambda u: 10.0**u)
     return st.builds(lambda s, m: s * m, sign, magnitude)

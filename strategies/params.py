@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_int, check_int_range
-from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, just, sampled_from, weight_part
+from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, integers, just, sampled_from, weight_part
 from strategies.norms import gain_values
 
 GRID_VALUES = grid_reader(1.0)  # embeddings: grid values of std 1
@@ -154,11 +154,11 @@ def gpt_configs(
     check_int("ff_ratio", ff_ratio, low=1)
     return st.builds(
         GPTConfig,
-        vocab=st.integers(min_vocab, max_vocab),
-        max_len=st.integers(min_max_len, max_max_len),
-        n_layers=st.integers(min_layers, max_layers),
-        n_heads=st.integers(min_heads, max_heads),
-        d_head=st.integers(min_d_head, max_d_head),
+        vocab=integers(min_vocab, max_vocab),
+        max_len=integers(min_max_len, max_max_len),
+        n_layers=integers(min_layers, max_layers),
+        n_heads=integers(min_heads, max_heads),
+        d_head=integers(min_d_head, max_d_head),
         attn_bias=_bias_choices(attn_bias),
         ff_ratio=just(ff_ratio),
     )
@@ -223,7 +223,7 @@ def token_ids(vocab, *, min_batch=1, max_batch=3, min_seq=1, max_seq=8):
 
     @st.composite
     def ids(draw):
-        B, T = draw(st.integers(min_batch, max_batch)), draw(st.integers(min_seq, max_seq))
+        B, T = draw(integers(min_batch, max_batch)), draw(integers(min_seq, max_seq))
         pattern = draw(sampled_from(ID_PATTERNS))
         b = draw(byte_arrays((B, T))).astype(np.int64)
         if pattern == "one repeated id":

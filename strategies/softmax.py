@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int_range, check_order
-from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, sampled_from, scales
+from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, sampled_from, scales
 
 ROW_PATTERNS = ("general", "uniform", "tied max", "dominant")
 DYADIC_STEP = 1 / 16  # dyadic logits are multiples of this ...
@@ -88,9 +88,9 @@ def logits(
 
     @st.composite
     def build(draw):
-        ndim = draw(st.integers(min_ndim, max_ndim))
-        lead = tuple(draw(st.lists(st.integers(min_side, max_side), min_size=ndim - 1, max_size=ndim - 1)))
-        shape = lead + (draw(st.integers(min_vocab, max_vocab)),)
+        ndim = draw(integers(min_ndim, max_ndim))
+        lead = tuple(draw(st.lists(integers(min_side, max_side), min_size=ndim - 1, max_size=ndim - 1)))
+        shape = lead + (draw(integers(min_vocab, max_vocab)),)
         pattern = draw(sampled_from(tuple(patterns)))
         x = _patterned_rows(draw(grid_values(shape)), draw(byte_arrays(lead + (1,))), pattern, draw(spreads))
         if dyadic:

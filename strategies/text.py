@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import check_int, check_int_range, check_order
-from strategies.core import byte_arrays, cached_strategy, permutation_of, sampled_from
+from strategies.core import byte_arrays, cached_strategy, integers, permutation_of, sampled_from
 
 COURSE_ALPHABET = " .abcdefghijklmnopqrstuvwxyz"  # the course corpus's 28 characters
 TRICKY_CHARACTERS = "\n\t \u00a0e\u0301\u00e9\u00df\u4e2d\U0001f642"  # whitespace, a combining accent, é (one code point), ß, 中, an emoji
@@ -24,7 +24,7 @@ def corpora(*, min_size=0, max_size=80):
     check_int_range("size", min_size, max_size, low=0)
     alphabets = sampled_from((COURSE_ALPHABET, TRICKY_CHARACTERS, COURSE_ALPHABET + TRICKY_CHARACTERS))
     from_alphabet = alphabets.flatmap(lambda chars: st.text(alphabet=chars, min_size=min_size, max_size=max_size))
-    repeated = st.builds(lambda ch, n: ch * n, st.characters(), st.integers(max(min_size, 1), max(max_size, 1)))
+    repeated = st.builds(lambda ch, n: ch * n, st.characters(), integers(max(min_size, 1), max(max_size, 1)))
     if max_size == 0:
         repeated = st.just("")
     return st.one_of(from_alphabet, st.text(min_size=min_size, max_size=max_size), repeated)
@@ -43,7 +43,7 @@ def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
 
     @st.composite
     def streams(draw):
-        vocab, n = draw(st.integers(min_vocab, max_vocab)), draw(st.integers(min_length, max_length))
+        vocab, n = draw(integers(min_vocab, max_vocab)), draw(integers(min_length, max_length))
         pattern = draw(sampled_from(("random", "distinct", "one repeated id")))
         b = draw(byte_arrays((n,))).astype(np.int64)
         if pattern == "distinct":
@@ -66,4 +66,4 @@ def window_lengths(n_tokens, *, min_seq=1, max_seq=None):
     max_seq = n_tokens - 1 if max_seq is None else max_seq
     check_int_range("seq", min_seq, max_seq, low=1)
     check_order("max_seq", max_seq, "n_tokens - 1", n_tokens - 1)
-    return st.one_of(st.just(max_seq), st.integers(min_seq, max_seq))
+    return st.one_of(st.just(max_seq), integers(min_seq, max_seq))
