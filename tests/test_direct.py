@@ -169,3 +169,10 @@ def test_a_check_that_draws_nothing_runs_once():
     outcome = run_invariant(_invariant(lambda impl, case: calls.append(1)), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=300),
                             seed=1, engine_examples=1)
     assert outcome.status == "passed" and len(calls) == outcome.examples <= 3
+
+
+def test_the_shrink_limit_holds_for_a_failure_found_by_a_direct_draw():
+    outcome = run_invariant(_invariant(_above_500), _impl(), settings=hypothesis_settings(THOROUGH, max_examples=2000), seed=3,
+                            engine_examples=1, shrink_limit=0)
+    assert outcome.status == "failed" and "shrinking stopped after 0 more examples" in outcome.report
+    assert int(outcome.reason.split(",")[0].removeprefix("n=")) >= 500
