@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from hypothesis.control import BuildContext
-from hypothesis.internal.conjecture.data import ConjectureData
 
 import reference.numpy as ref
 from invariants import Implementation, all_invariants, direct, load_implementation, run_invariant
@@ -44,7 +42,7 @@ def _run(inv, data):
     case = Case(lambda strategy, label: data.draw(strategy))
     REFERENCE.calls = case.calls
     try:
-        with BuildContext(data, wrapped_test=None):
+        with direct.build_context(data):
             inv(REFERENCE, case)
     finally:
         REFERENCE.calls = None
@@ -59,7 +57,7 @@ def test_hypothesis_replays_every_direct_draw_to_the_same_values(inv):
     for _ in range(15):
         data = direct.DirectData(rng)
         drawn = _run(inv, data)
-        replayed = ConjectureData.for_choices(data.recorded)
+        replayed = direct.ConjectureData.for_choices(data.recorded)  # hypothesis's own, replaying the recorded choices
         assert _run(inv, replayed) == drawn
         assert replayed.choices == tuple(data.recorded)
 
