@@ -195,7 +195,7 @@ def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, eng
     the smallest counterexample found by then is reported. A search of more than `engine_examples`
     examples (the thorough soak's 10,000) runs hypothesis's engine for that many (the simplest example
     first, small ones, mutations of earlier ones) and draws the rest directly (invariants.direct: the
-    same strategies and choices without the engine's bookkeeping, about three times as many examples
+    same strategies and choices without the engine's bookkeeping: two to three times as many examples
     a second); a failure found there is handed to hypothesis, which replays and shrinks it.
     `engine_examples=None` runs the engine throughout.
     """
