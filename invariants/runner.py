@@ -248,7 +248,7 @@ def _draw_directly(search, count, settings, seed):
         rng = random.Random()
     valid = drawn = 0
     with _draws_independent_of_loaded_modules():
-        while valid < count and drawn < 10 * count:  # hypothesis too gives up after ten rejected draws per example asked
+        while valid < count and drawn < 10 * count:  # stop where nearly every draw is rejected, as hypothesis's engine does
             data = direct_draws.DirectData(rng)
             drawn += 1
             try:
@@ -267,13 +267,14 @@ def _draw_directly(search, count, settings, seed):
 
 
 def _shrunk_by_hypothesis(search, settings, choices, exc):
-    """Replay the failing `choices` under hypothesis (its reuse and shrink phases) and return how that ended.
+    """Replay the failing `choices` under hypothesis (its reuse phase, and its shrink phase if `settings` have one); return how that ended.
 
     Unseeded: hypothesis's @seed turns its example database off, and the replay comes from that database.
     """
     failing_case = search.case
     key = b"transformer-invariants direct draw " + search.inv.name.encode()
-    replay = hypothesis_settings(settings, database=direct_draws.database_of(key, choices), phases=(Phase.reuse, Phase.shrink))
+    phases = (Phase.reuse, Phase.shrink) if Phase.shrink in settings.phases else (Phase.reuse,)  # the caller's choice to shrink or not
+    replay = hypothesis_settings(settings, database=direct_draws.database_of(key, choices), phases=phases)
     outcome = _outcome_of(search, _hypothesis_test(search, replay, None, database_key=key))
     if not outcome.passed:
         return outcome

@@ -174,3 +174,12 @@ def test_the_shrink_limit_holds_for_a_failure_found_by_a_direct_draw():
                             engine_examples=1, shrink_limit=0)
     assert outcome.status == "failed" and "shrinking stopped after 0 more examples" in outcome.report
     assert int(outcome.reason.split(",")[0].removeprefix("n=")) >= 500
+
+
+def test_settings_without_a_shrink_phase_replay_the_direct_failure_unshrunk():
+    from hypothesis import Phase
+
+    detection = hypothesis_settings(THOROUGH, max_examples=2000, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+    outcome = run_invariant(_invariant(_above_500), _impl(), settings=detection, seed=3, engine_examples=1)
+    assert outcome.status == "failed" and outcome.reason != "n=500, but should be below 500"
+    assert outcome.examples <= outcome.examples_to_failure + 2  # hypothesis replays it, and once more to report it: no shrinking
