@@ -203,7 +203,8 @@ def block_causal_non_leakage(impl, case):
                           "share of the output; this invariant runs in float32 and float64") if impl.dtype in LOW_PRECISION else None,
 )
 def block_sees_every_memory_position(impl, case):
-    """Shifting the encoder output at any one position j changes the decoder block's output at every decoder position (float32 and float64)."""
+    """Shifting the encoder output at any one position j changes the decoder block's output at every decoder position (float32 and
+    float64, wherever the reference block's output moves by more than rounding: a weight of e^-20 on j rounds the change away)."""
     x, memory, params, n_heads = _block_case(impl, case, min_memory=2)
     B, S, d = memory.shape
     j = case.draw(integers(0, S - 1), "j (changed encoder position)")
@@ -211,8 +212,21 @@ def block_sees_every_memory_position(impl, case):
     changed[:, j] += _shift(case, (B, d))
     call = _block_call(x, memory, n_heads, f"with memory[:, {j}] shifted")
     before, after = _block(impl, x, memory, params, n_heads, call), _block(impl, x, changed, params, n_heads, call)
-    assert_where(_changed_somewhere(after, before), after[..., 0], f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
-                 "changed at every decoder position", call)
+    assert_where(_changed_somewhere(after, before) | ~_block_must_change(impl, x, memory, changed, params, n_heads), after[..., 0],
+                 f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
+                 "changed at every decoder position where the reference block's output moves by more than rounding", call)
+
+
+def _block_must_change(impl, x, memory, changed, params, n_heads):
+    """(B, T) True where the float64 reference block's output moves by more than twice block_agrees_with_reference's tolerance
+    when memory becomes changed: there a correct block, within that tolerance on both sides, must move too (see _must_change)."""
+    tol = agreement_tolerance(impl.dtype)
+    if impl.dtype != "float64":
+        tol = tol.scaled(ROUNDINGS).conditioned(max(_condition(impl, x, m, params, n_heads) for m in (memory, changed)))
+    eps = {"eps": layer_norm_eps(impl)}
+    before = reference_answer(impl, "decoder_block", x, memory, params, n_heads, **eps)
+    after = reference_answer(impl, "decoder_block", x, changed, params, n_heads, **eps)
+    return (np.abs(after - before) > 2 * (tol.atol + tol.rtol * np.maximum(np.abs(before), np.abs(after)))).any(axis=-1)
 
 
 @invariant(

@@ -47,3 +47,24 @@ def test_a_long_float32_model_with_uniform_attention_passes_prefix_consistency(t
     drawn = _gpt_case(FIXTURES / "prefix_consistency_129_float32.npz")
     assert not drawn["params"]["blocks"][0]["W_q"].any() and drawn["ids"].shape == (1, 129)
     REGISTRY["model.prefix_consistency"](impl, ReplayedCase(drawn))  # raises InvariantViolation on a false alarm
+
+
+def _decoder_block_case(path):
+    """The drawn values of cross_attention.block_sees_every_memory_position's example from an .npz of inputs.*, params.*, j, direction."""
+    saved = np.load(path)
+    inputs = {key.removeprefix("inputs."): saved[key] for key in saved.files if key.startswith("inputs.")}
+    inputs["n_heads"] = int(inputs["n_heads"])
+    return {"x, memory and n_heads (the W's unused)": inputs,
+            "params": {key.removeprefix("params."): saved[key] for key in saved.files if key.startswith("params.")},
+            "j (changed encoder position)": int(saved["j"]), "direction of the shift": saved["direction"]}
+
+
+@pytest.mark.parametrize("target", ["reference.numpy", "reference.torch"])
+def test_a_memory_position_whose_weight_rounds_away_passes_block_sees_every_memory_position(target):
+    """The soak's example (nn.TransformerDecoderLayer, float32, example 1,910 of 2,000; reference.torch fails it too): shifting
+    memory[:, 2] by 1 moves the float64 reference block's output by less than rounding, so float32 may not move at all."""
+    if target == "reference.torch":
+        pytest.importorskip("torch", reason="reference.torch needs torch")
+    impl = load_implementation(target, dtype="float32")
+    drawn = _decoder_block_case(FIXTURES / "decoder_block_memory_position_float32.npz")
+    REGISTRY["cross_attention.block_sees_every_memory_position"](impl, ReplayedCase(drawn))  # raises InvariantViolation on a false alarm
