@@ -15,9 +15,9 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps, returns_weights
-from invariants.reference_check import assert_agrees_with_reference, reference_answer
+from invariants.reference_check import assert_agrees_with_reference, reference_answer, reference_tolerance
 from invariants.registry import invariant
-from invariants.tolerance import agreement_tolerance, layer_norm_condition
+from invariants.tolerance import layer_norm_condition
 from strategies.core import float_arrays, integers, permutations
 from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 
@@ -65,8 +65,7 @@ def _changed_somewhere(after, before):
 
 def _output_tolerance(impl, inputs):
     """How far a correct cross_attention's output may be from the float64 reference's (cross_agrees_with_reference's bound)."""
-    tol = agreement_tolerance(impl.dtype)
-    return (tol if impl.dtype == "float64" else tol.scaled(ROUNDINGS)).at_scale(_magnitude(impl, inputs))
+    return reference_tolerance(impl, factor=ROUNDINGS).at_scale(_magnitude(impl, inputs))
 
 
 def _must_change(impl, inputs, memory):
@@ -76,6 +75,11 @@ def _must_change(impl, inputs, memory):
     tol = _output_tolerance(impl, inputs)
     before = reference_answer(impl, "cross_attention", *cross_args(inputs))[0]
     after = reference_answer(impl, "cross_attention", *cross_args({**inputs, "memory": memory}))[0]
+    return _moves_beyond(before, after, tol)
+
+
+def _moves_beyond(before, after, tol):
+    """(B, T) True where some feature moves from before to after by more than twice tol (at the larger of the two sizes)."""
     return (np.abs(after - before) > 2 * (tol.atol + tol.rtol * np.maximum(np.abs(before), np.abs(after)))).any(axis=-1)
 
 
@@ -135,11 +139,8 @@ def cross_agrees_with_reference(impl, case):
     call = _call(inputs)
     out, weights = _cross(impl, inputs, call)
     expected_out, expected_weights = reference_answer(impl, "cross_attention", *cross_args(inputs))
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(ROUNDINGS)
     if weights is not None:
-        assert_close(weights, expected_weights, "cross_attention weights", tol, call)
+        assert_close(weights, expected_weights, "cross_attention weights", reference_tolerance(impl, factor=ROUNDINGS), call)
     assert_close(out, expected_out, "cross_attention output", _output_tolerance(impl, inputs), call)
 
 
@@ -220,13 +221,11 @@ def block_sees_every_memory_position(impl, case):
 def _block_must_change(impl, x, memory, changed, params, n_heads):
     """(B, T) True where the float64 reference block's output moves by more than twice block_agrees_with_reference's tolerance
     when memory becomes changed: there a correct block, within that tolerance on both sides, must move too (see _must_change)."""
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(ROUNDINGS).conditioned(max(_condition(impl, x, m, params, n_heads) for m in (memory, changed)))
+    tol = reference_tolerance(impl, factor=ROUNDINGS, condition=max(_condition(impl, x, m, params, n_heads) for m in (memory, changed)))
     eps = {"eps": layer_norm_eps(impl)}
     before = reference_answer(impl, "decoder_block", x, memory, params, n_heads, **eps)
     after = reference_answer(impl, "decoder_block", x, changed, params, n_heads, **eps)
-    return (np.abs(after - before) > 2 * (tol.atol + tol.rtol * np.maximum(np.abs(before), np.abs(after)))).any(axis=-1)
+    return _moves_beyond(before, after, tol)
 
 
 @invariant(

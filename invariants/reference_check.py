@@ -61,6 +61,12 @@ def assert_close_to_a_gelu_form(impl, got, answers, what, tol, call, *, other_an
     assert_close(got, answers[closest], f"{what} ({note})", tol, call)
 
 
+def reference_tolerance(impl, *, factor=1.0, condition=1.0):
+    """The tolerance assert_agrees_with_reference holds impl's answers to: factor and condition grow it below float64 only."""
+    tol = agreement_tolerance(impl.dtype)
+    return tol if impl.dtype == "float64" else tol.scaled(factor).conditioned(condition)
+
+
 def assert_agrees_with_reference(impl, name, args, got, what, *, factor=1.0, condition=1.0, call=None, options=None, gelu=False):
     """got (impl's answer to name(*args)) is within the agreement tolerance of the reference's.
 
@@ -72,9 +78,7 @@ def assert_agrees_with_reference(impl, name, args, got, what, *, factor=1.0, con
     """
     __tracebackhide__ = True
     options = options or {}
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(factor).conditioned(condition)
+    tol = reference_tolerance(impl, factor=factor, condition=condition)
     if not gelu:
         assert_close(got, reference_answer(impl, name, *args, **options), what, tol, call)
         return
