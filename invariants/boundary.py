@@ -68,18 +68,24 @@ def rounded(value, dtype):
 
 def to_backend(value, *, backend, device="cpu", dtype="float64", requires_grad=False):
     """rounded() numpy values -> the backend's arrays on `device` (floats in `dtype`); other values pass through."""
+    if isinstance(value, np.ndarray):
+        return value if backend == "numpy" else _tensor(value, device, dtype, requires_grad)
     if isinstance(value, dict):
         return {k: to_backend(v, backend=backend, device=device, dtype=dtype) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(to_backend(v, backend=backend, device=device, dtype=dtype) for v in value)
-    if not isinstance(value, np.ndarray) or backend == "numpy":
-        return value
+    return value
+
+
+def _tensor(array, device, dtype, requires_grad):
+    """A torch tensor of `array` on `device`: floats in `dtype`, integers int64, booleans bool (sharing memory where nothing changes)."""
     import torch
 
-    kind = value.dtype.kind
+    kind = array.dtype.kind
     target = torch.int64 if kind in "iu" else torch.bool if kind == "b" else getattr(torch, dtype)
-    contiguous = np.ascontiguousarray(value).reshape(value.shape)  # ascontiguousarray makes 0-d arrays 1-d
-    tensor = torch.as_tensor(contiguous).to(device=device, dtype=target)
+    tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(array.shape))  # ascontiguousarray makes 0-d arrays 1-d
+    if tensor.dtype != target or device != "cpu":
+        tensor = tensor.to(device=device, dtype=target)
     return tensor.requires_grad_(True) if requires_grad else tensor
 
 

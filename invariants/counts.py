@@ -32,6 +32,10 @@ KNOWN_COUNTS = {
 }
 # Float answers to integer arithmetic: a float implementation rounds 2N or 6ND once or twice, at ~1e-16.
 ARITHMETIC = Tolerance(rtol=1e-12, atol=0.0, dtype="float64")
+# Drawn every example, so built once (a strategy built afresh is validated afresh): one real size, then any.
+_TOKENS_ADDED = st.one_of(st.just(1), integers(1, 50_257))
+_INFERENCE_PARAMS = st.one_of(st.just(7e9), integers(1, 10**12))  # N
+_TRAINING_RUNS = st.one_of(st.just((175e9, 300e9)), st.tuples(integers(1, 10**9), integers(1, 10**9)))  # (N, D)
 
 
 def _signature(args):
@@ -83,7 +87,7 @@ def vocabulary_adds_one_row(impl, case):
     """Each token added to the vocabulary adds exactly d_model parameters to gpt_param_count: one row of the table that is
     both the embedding and the tied output layer."""
     config = case.draw(gpt_configs(min_vocab=1, max_vocab=40, max_max_len=12, min_layers=0, max_layers=3), "config")
-    added = case.draw(st.one_of(st.just(1), integers(1, 50_257)), "tokens added")
+    added = case.draw(_TOKENS_ADDED, "tokens added")
     args = (config.vocab, config.d_model, config.n_layers, config.max_len, config.attn_bias)
     grown = (config.vocab + added, *args[1:])
     gap = np.asarray(impl.gpt_param_count(*grown)) - np.asarray(impl.gpt_param_count(*args))
@@ -113,7 +117,7 @@ def twelve_l_d_squared_rule(impl, case):
 )
 def inference_flops_rule(impl, case):
     """inference_flops_per_token(N) = 2·N (a 7B model: 1.4e10 per token)."""
-    n_params = case.draw(st.one_of(st.just(7e9), integers(1, 10**12)), "N")
+    n_params = case.draw(_INFERENCE_PARAMS, "N")
     got = np.asarray(impl.inference_flops_per_token(n_params), dtype=np.float64)
     assert_close(got, 2.0 * n_params, "inference FLOPs per token", ARITHMETIC, f"inference_flops_per_token({n_params!r})")
 
@@ -124,7 +128,7 @@ def inference_flops_rule(impl, case):
 )
 def training_flops_rule(impl, case):
     """training_flops(N, D) = 6·N·D (GPT-3, 175e9 parameters on 300e9 tokens: 3.15e23)."""
-    n_params, n_tokens = case.draw(st.one_of(st.just((175e9, 300e9)), st.tuples(integers(1, 10**9), integers(1, 10**9))), "(N, D)")
+    n_params, n_tokens = case.draw(_TRAINING_RUNS, "(N, D)")
     got = np.asarray(impl.training_flops(n_params, n_tokens), dtype=np.float64)
     expected = 6 * n_params * n_tokens  # integers below 2**63, so an int64 answer is exact too; 3.15e23 for GPT-3
     assert_close(got, float(expected), "training FLOPs", ARITHMETIC, f"training_flops({n_params!r}, {n_tokens!r})")

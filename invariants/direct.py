@@ -88,7 +88,7 @@ if available():
             return value
 
     _UNWRAPPED = {}  # id(strategy) -> (strategy, unwrapped): the strategy is held, so its id is not reused
-    _MAX_UNWRAPPED = 4096  # strategies built per example (a drawn config's params) would otherwise pile up
+    _MAX_UNWRAPPED = 16384  # strategies built per example (a drawn config's params) would otherwise pile up
 
     def _unwrapped(strategy):
         """The strategy validated and unwrapped, None if it is empty; remembered, since unwrapping costs more than many a draw."""
