@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, integers, just, sampled_from, seeds
+from strategies.core import cached_strategy, integers, just, mapped, sampled_from, seeds
 
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")
@@ -324,7 +324,7 @@ def llama_block_params(config):
     """Params dicts for one block of `config` (see init_llama_block_params)."""
     if not isinstance(config, LlamaConfig):
         raise InvalidArgument(f"config={config!r} must be a LlamaConfig; draw one from llama_configs()")
-    return seeds().map(partial(init_llama_block_params, config))  # a map: validated in microseconds, once per config
+    return mapped(seeds(), partial(init_llama_block_params, config))  # built once per config
 
 
 def init_llama_params(config, seed):
@@ -346,7 +346,7 @@ def llama_params(config):
     """Params trees for a model of `config` (see init_llama_params)."""
     if not isinstance(config, LlamaConfig):
         raise InvalidArgument(f"config={config!r} must be a LlamaConfig; draw one from llama_configs()")
-    return seeds().map(partial(init_llama_params, config))
+    return mapped(seeds(), partial(init_llama_params, config))
 
 
 def decode_schedules(seq, *, min_chunks=1):
@@ -443,4 +443,4 @@ def decoder_block_params(d_model, *, d_ff=None):
     check_int("d_model", d_model, low=1)
     if d_ff is not None:
         check_int("d_ff", d_ff, low=1)
-    return seeds().map(partial(init_decoder_block_params, d_model, d_ff=d_ff))
+    return mapped(seeds(), partial(init_decoder_block_params, d_model, d_ff=d_ff))

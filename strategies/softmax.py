@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int_range, check_order
-from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, sampled_from, scales
+from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, mapped, sampled_from, scales
 
 ROW_PATTERNS = ("general", "uniform", "tied max", "dominant")
 DYADIC_STEP = 1 / 16  # dyadic logits are multiples of this ...
@@ -162,7 +162,7 @@ def targets(logits_array):
         raise InvalidArgument(f"logits_array with shape {shape!r} must be a numpy array (..., V) with V >= 1")
     # Drawn per example for that example's logits: a map over strategies built once per shape (a builds over a
     # closure would be validated afresh each time, a quarter of a millisecond).
-    return _target_choices(logits_array.shape[:-1]).map(partial(_picked_targets, logits_array))
+    return mapped(_target_choices(logits_array.shape[:-1]), partial(_picked_targets, logits_array))
 
 
 @cache
