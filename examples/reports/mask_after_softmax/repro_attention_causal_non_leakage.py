@@ -15,7 +15,7 @@ import numpy as np
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
 CALLS = [  # (function, arguments, what the suite got back)
-    ('attention', [np.array([[[-0.78125], [-0.078125]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.6339769774981698, 0.0], [0.5137294579602455, 0.4862705420397545]]]], dtype='float64')))),
+    ('attention', [np.array([[[-0.78125], [-0.078125]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.6339769774981697, 0.0], [0.5137294579602455, 0.4862705420397545]]]], dtype='float64')))),
     ('attention', [np.array([[[-0.78125], [0.0]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.6480209940680554, 0.0], [0.5, 0.5]]]], dtype='float64')))),
 ]
 VIOLATION = 'attention weights of the queries at positions < 1=different values, but should be exactly equal (bitwise, == per element) [attention(x[1, 2, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True) with x[:, 1:] replaced]\n  mismatched 1 of 2 elements (50.0%); exact equality required\n  worst at index (0, 0, 0, 0): got 0.648020994, expected 0.633976977\n  max abs error 0.014, max rel error 0.0222'
