@@ -34,7 +34,7 @@ from invariants.conventions import (
 )
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
-from invariants.tolerance import layer_norm_condition
+from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, swept_lengths
 from strategies.params import block_params
 
@@ -83,11 +83,16 @@ def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False, **inputs):
 
 def norms_condition(impl, x, params, n_heads, causal):
     """The worse layer_norm_condition of the block's two norm inputs, x and h = x + attn(LN1(x)), computed in float64."""
+    return float(norms_row_conditions(impl, x, params, n_heads, causal).max(initial=1.0))
+
+
+def norms_row_conditions(impl, x, params, n_heads, causal):
+    """norms_condition of each position alone (B, T): the worse layer_norm_condition of its rows of x and of h = x + attn(LN1(x))."""
     x, p = impl.as_seen((x, params))
     eps = layer_norm_eps(impl)
     biases = {name: p[name] for name in ref.ATTENTION_BIAS_NAMES if name in p}
     attended, _ = ref.attention(ref.layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
-    return max(layer_norm_condition(x, eps), layer_norm_condition(x + attended, eps))  # h: (B, T, d)
+    return np.maximum(layer_norm_row_conditions(x, eps), layer_norm_row_conditions(x + attended, eps))  # h: (B, T, d)
 
 
 def wide_in_16_bits(impl):

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
-from invariants.block import norms_condition, silenced
+from invariants.block import norms_row_conditions, silenced
 from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
-from invariants.tolerance import layer_norm_condition
+from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, integers, none, one_of, sampled_from, swept_lengths
 from strategies.params import gpt_configs, gpt_params, token_ids
 
@@ -57,15 +57,22 @@ def _logits(impl, config, ids, params, call):
     return assert_shape(impl.gpt_logits(ids, params, config.n_heads), (*ids.shape, config.vocab), "logits", call)
 
 
-def model_condition(impl, ids, params, n_heads):
-    """The worst layer_norm_condition of the model's norm inputs on ids (B, T): each block's two and the final norm's, in float64."""
+def prefix_conditions(impl, ids, params, n_heads):
+    """(T,): entry t - 1 is the worst layer_norm_condition of the model's norm inputs (each block's two and the final
+    norm's, in float64) on ids[:, :t], for every t at once: the model is causal, so a prefix's rows are the full run's."""
     eps = layer_norm_eps(impl)
     wte, wpe, blocks = impl.as_seen((params["wte"], params["wpe"], params["blocks"]))
-    x, worst = wte[ids] + wpe[: ids.shape[1]], 1.0  # (B, T, d)
+    x = wte[ids] + wpe[: ids.shape[1]]  # (B, T, d)
+    worst = np.ones(ids.shape)  # (B, T)
     for block in blocks:
-        worst = max(worst, norms_condition(impl, x, block, n_heads, True))
+        worst = np.maximum(worst, norms_row_conditions(impl, x, block, n_heads, True))
         x = ref.transformer_block(x, block, n_heads, True, eps=eps)
-    return max(worst, layer_norm_condition(x, eps))
+    return np.maximum.accumulate(np.maximum(worst, layer_norm_row_conditions(x, eps)).max(axis=0))
+
+
+def model_condition(impl, ids, params, n_heads):
+    """The worst layer_norm_condition of the model's norm inputs on ids (B, T): each block's two and the final norm's, in float64."""
+    return float(prefix_conditions(impl, ids, params, n_heads)[-1])
 
 
 def _head_tolerance(impl, h, wte):
@@ -115,22 +122,35 @@ def prefix_consistency(impl, case):
 
     Not bitwise: a shorter sequence has other shapes, and other shapes take other kernels and
     summation orders (transformers' GPT-2 and torch's attention differ by ~1e-7 when truncated),
-    and each LayerNorm magnifies those differences by its condition (model_condition; at d_model = 2
+    and each LayerNorm magnifies those differences by its condition (prefix_conditions; at d_model = 2
     a correct float32 GPT-2 missed the plain tolerance by 1.1× once in 57,000 examples).
-    Drawn at lengths up to 129: a long draw compares at every length either side of 16, 32, 64 and 128 up to it,
-    and a sum over T keys rounds up to T/8 times as much as the short sequences the table's factor was measured on
-    (Tolerance.summed_over): a correct float32 model of 129 positions with uniform attention (W_q = W_k = 0) missed
-    the unscaled tolerance by 1.6× once in 1.46 million examples, its sums over 92 and 129 keys paired differently.
+    Drawn at lengths up to 129: a long draw runs at every length either side of 16, 32, 64 and 128 up to it, and each
+    run is compared with the next longer one (so every length is both the prefix and the whole sequence once), and
+    the drawn j with the shortest run that holds it. A sum over T keys rounds up to T/8 times as much as the short
+    sequences the table's factor was measured on (Tolerance.summed_over): a correct float32 model of 129 positions
+    with uniform attention (W_q = W_k = 0) missed the unscaled tolerance by 1.6× once in 1.46 million examples, its
+    sums over 92 and 129 keys paired differently.
     """
-    config, params, ids = _model_case(impl, case, long_lengths=SWEPT_LENGTHS)
-    drawn_j = case.draw(integers(1, ids.shape[1]), "j (prefix length; at most T at each length T)")
-    for T in swept_lengths(ids.shape[1]):
-        j = min(drawn_j, T)
-        prefix = _logits(impl, config, ids[:, :j], params, f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads})")
+    config, params, ids = _model_case(impl, case, min_seq=2, long_lengths=SWEPT_LENGTHS)
+    drawn_j = case.draw(integers(1, ids.shape[1] - 1), "j (prefix length, < T)")
+    lengths = swept_lengths(ids.shape[1])  # (T,), or 15, 17, 31, ... up to T
+    conditions = prefix_conditions(impl, ids, params, config.n_heads)  # (T,): the model's condition on each prefix
+    holding = min(T for T in lengths if T >= drawn_j)
+    pairs = ([(drawn_j, holding)] if drawn_j < holding else []) + list(zip(lengths, lengths[1:]))  # (prefix, whole)
+    runs = {}
+    for j, T in pairs:
         call = f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads}) vs gpt_logits(ids[:, :{T}], ...)[:, :{j}]"
-        full = _logits(impl, config, ids[:, :T], params, call)
-        tol = impl.tolerance.scaled(2).conditioned(model_condition(impl, ids[:, :T], params, config.n_heads)).summed_over(T)  # both sides rounded
+        prefix, full = (_run_once(runs, impl, config, ids[:, :n], params, call) for n in (j, T))
+        tol = impl.tolerance.scaled(2).conditioned(conditions[T - 1]).summed_over(T)  # both sides rounded
         assert_close(prefix, full[:, :j], "logits of the prefix", tol, call)
+
+
+def _run_once(runs, impl, config, ids, params, call):
+    """_logits of ids, remembered in `runs` by length: a sweep compares each length's run with two others."""
+    T = ids.shape[1]
+    if T not in runs:
+        runs[T] = _logits(impl, config, ids, params, call)
+    return runs[T]
 
 
 @invariant(

@@ -88,10 +88,15 @@ def layer_norm_condition(x, eps):
     rows. A row of nearly equal values is ill-conditioned: centring it cancels most of its digits. Rows of
     one feature count as 1 (their centred value is exactly 0, whatever the rounding).
     """
+    return float(layer_norm_row_conditions(x, eps).max(initial=1.0))
+
+
+def layer_norm_row_conditions(x, eps):
+    """layer_norm_condition of each row of x (..., d) alone, as an array (...): at least 1, and 1 for rows of one feature."""
     x = np.asarray(x, dtype=np.float64)
-    if x.size == 0 or x.shape[-1] == 1:
-        return 1.0
-    return float(max(1.0, (np.abs(x).max(-1) / np.sqrt(x.var(-1) + eps)).max()))
+    if x.shape[-1] <= 1:
+        return np.ones(x.shape[:-1])
+    return np.maximum(1.0, np.abs(x).max(-1) / np.sqrt(x.var(-1) + eps))
 
 
 def tolerance_for(dtype):

@@ -35,7 +35,7 @@ def _gpt_case(path):
     blocks = [{key.split(".", 2)[2]: saved[key] for key in saved.files if key.startswith(f"blocks.{i}.")} for i in range(n_layers)]
     params = {"wte": saved["wte"], "wpe": saved["wpe"], "blocks": blocks, "lnf_g": saved["lnf_g"], "lnf_b": saved["lnf_b"]}
     return {"long sequence": int(saved["long"]), "config": config, "params": params, "ids": saved["ids"],
-            "j (prefix length; at most T at each length T)": int(saved["j"])}
+            "j (prefix length, < T)": int(saved["j"])}
 
 
 @pytest.mark.parametrize("target", ["reference.numpy", "reference.torch"])
