@@ -50,20 +50,18 @@ def rounded(value, dtype):
     Nested dicts, lists and tuples keep their structure; other values pass through. bfloat16,
     which numpy lacks, is held in float32 (exactly).
     """
+    if isinstance(value, np.ndarray):  # the common case first: rounded() runs on every argument of every call
+        kind = value.dtype.kind
+        if kind == "f":
+            return _bfloat16(value) if dtype == "bfloat16" else value.astype(dtype)
+        return value.astype(np.int64) if kind in "iu" else value
     if isinstance(value, dict):
         return {k: rounded(v, dtype) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(rounded(v, dtype) for v in value)
     if isinstance(value, np.generic):  # a numpy float64 scalar would promote a float32 implementation's arrays
         return value.item()
-    if not isinstance(value, np.ndarray):
-        return value
-    kind = value.dtype.kind
-    if kind in "iu":
-        return value.astype(np.int64)
-    if kind != "f":
-        return value
-    return _bfloat16(value) if dtype == "bfloat16" else value.astype(dtype)
+    return value
 
 
 def to_backend(value, *, backend, device="cpu", dtype="float64", requires_grad=False):

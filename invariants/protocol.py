@@ -262,7 +262,7 @@ class Implementation:
         if isinstance(value, (list, tuple)):
             return type(value)(self.as_seen(v) for v in value)
         if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-            return rounded(value, self.dtype).astype(np.float64)
+            return rounded(value, self.dtype).astype(np.float64, copy=False)  # rounded() made a fresh array
         return value
 
     def raw(self, name):
