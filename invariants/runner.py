@@ -183,7 +183,8 @@ def _replay_notes(exc):
     return tuple(n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can"))
 
 
-ENGINE_EXAMPLES = 500  # a longer search runs hypothesis's engine for this many examples, then draws the rest directly
+ENGINE_EXAMPLES = 100  # a longer search runs hypothesis's engine for this many examples, then draws the rest directly
+DIRECT_REPEATS_TO_STOP = 1_000  # direct draws end once this many in a row repeat earlier ones: the inputs have run out
 
 
 def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, engine_examples=ENGINE_EXAMPLES):
@@ -246,17 +247,22 @@ def _draw_directly(search, count, settings, seed):
         rng = random.Random(zlib.crc32(search.inv.name.encode()))
     else:
         rng = random.Random()
-    valid = drawn = 0
+    valid = drawn = repeats = 0
+    seen = set()  # hashes of the choices of every example drawn so far
     with _draws_independent_of_loaded_modules():
-        while valid < count and drawn < 10 * count:  # stop where nearly every draw is rejected, as hypothesis's engine does
+        # Stop where nearly every draw is rejected, as hypothesis's engine does, or where the inputs have run out.
+        while valid < count and drawn < 10 * count and repeats < DIRECT_REPEATS_TO_STOP:
             data = direct_draws.DirectData(rng)
             drawn += 1
             try:
                 with direct_draws.build_context(data):
                     search.body(_DirectDraw(data))
-                valid += 1
                 if not data.recorded:  # it draws nothing: every example is this one
                     break
+                valid += 1
+                choices = hash(tuple(data.recorded))
+                repeats = repeats + 1 if choices in seen else 0
+                seen.add(choices)
             except (StopTest, UnsatisfiedAssumption):  # a rejected draw
                 continue
             except (InvariantSkipped, TransportLost) as exc:  # nothing to replay: a skip, or an implementation out of reach

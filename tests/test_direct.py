@@ -15,6 +15,7 @@ from invariants import Implementation, all_invariants, direct, load_implementati
 from invariants.asserts import InvariantViolation
 from invariants.profiles import profile_settings
 from invariants.registry import Invariant
+from invariants import runner
 from invariants.runner import Case, InvariantSkipped
 
 pytestmark = pytest.mark.skipif(not direct.available(), reason="this hypothesis lacks the internals direct draws use")
@@ -102,6 +103,15 @@ def test_a_search_that_runs_out_of_inputs_draws_nothing_more():
     outcome = run_invariant(_invariant(lambda impl, case: case.draw(st.integers(0, 3), "n")), _impl(),
                             settings=hypothesis_settings(THOROUGH, max_examples=2000), seed=1, engine_examples=100)
     assert outcome.status == "passed" and outcome.examples == 4
+
+
+def test_direct_draws_stop_once_they_only_repeat_earlier_examples():
+    # 300 inputs: more than the engine's 100 examples, far fewer than the 20,000 asked for
+    drawn = set()
+    outcome = run_invariant(_invariant(lambda impl, case: drawn.add(case.draw(st.integers(0, 299), "n"))), _impl(),
+                            settings=hypothesis_settings(THOROUGH, max_examples=20_000), seed=1, engine_examples=100)
+    assert outcome.status == "passed" and len(drawn) == 300
+    assert 300 + runner.DIRECT_REPEATS_TO_STOP <= outcome.examples < 20_000
 
 
 def test_a_failure_that_does_not_come_back_on_replay_is_called_nondeterministic():
