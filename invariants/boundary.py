@@ -18,7 +18,6 @@ import traceback
 
 import numpy as np
 
-ANSWER_FLOATS = ("float64", "float32", "float16")  # numpy float dtypes an answer may have (bfloat16 comes back as float32)
 
 
 class OutputError(Exception):
@@ -66,8 +65,10 @@ def rounded(value, dtype):
 
 def to_backend(value, *, backend, device="cpu", dtype="float64", requires_grad=False):
     """rounded() numpy values -> the backend's arrays on `device` (floats in `dtype`); other values pass through."""
+    if backend == "numpy":  # rounded() values are numpy's already, in fresh containers
+        return value
     if isinstance(value, np.ndarray):
-        return value if backend == "numpy" else _tensor(value, device, dtype, requires_grad)
+        return _tensor(value, device, dtype, requires_grad)
     if isinstance(value, dict):
         return {k: to_backend(v, backend=backend, device=device, dtype=dtype) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -122,7 +123,7 @@ def to_numpy(value, what):
     kind = value.dtype.kind
     if kind in "iu":
         return value.astype(np.int64)
-    if kind == "b" or (kind == "f" and value.dtype.name in ANSWER_FLOATS):
+    if kind == "b" or (kind == "f" and value.dtype.itemsize <= 8):  # float16, 32 or 64 (bfloat16 comes back as float32), not longdouble
         return value
     raise OutputError(f"{what} returned an array of dtype {value.dtype}, not a real-valued one")
 

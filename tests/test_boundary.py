@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from invariants.boundary import rounded, to_backend
+from invariants.boundary import OutputError, rounded, to_backend, to_numpy
 
 torch = pytest.importorskip("torch")
 
@@ -40,3 +40,17 @@ def test_requires_grad_and_the_numpy_backend():
     x = np.arange(3.0)
     assert to_backend(x, backend="torch", requires_grad=True).requires_grad
     assert to_backend(x, backend="numpy") is x
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", ">f8"])
+def test_real_float_answers_cross_in_their_own_dtype(dtype):
+    answer = to_numpy(np.ones(2, dtype=dtype), "attention")
+    assert answer.dtype == np.dtype(dtype) and type(answer) is np.ndarray
+
+
+@pytest.mark.parametrize("dtype", [np.longdouble, np.complex128, object])
+def test_other_answers_are_an_output_error_that_names_the_function(dtype):
+    if np.dtype(dtype).itemsize == 8 and np.dtype(dtype).kind == "f":
+        pytest.skip("longdouble is float64 on this platform")
+    with pytest.raises(OutputError, match="attention returned an array of dtype"):
+        to_numpy(np.ones(2, dtype=dtype), "attention")
