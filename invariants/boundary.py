@@ -84,7 +84,9 @@ def _tensor(array, device, dtype, requires_grad):
     target = torch.int64 if kind in "iu" else torch.bool if kind == "b" else getattr(torch, dtype)
     if not array.flags.writeable:  # a tensor would share memory the implementation could write to
         array = array.copy()
-    tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(array.shape))  # ascontiguousarray makes 0-d arrays 1-d
+    if not (array.ndim and array.flags.c_contiguous):  # rounded() arrays are contiguous already
+        array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-d arrays 1-d
+    tensor = torch.from_numpy(array)
     if tensor.dtype != target or device != "cpu":
         tensor = tensor.to(device=device, dtype=target)
     return tensor.requires_grad_(True) if requires_grad else tensor
