@@ -19,7 +19,6 @@ import traceback
 import numpy as np
 
 
-
 class OutputError(Exception):
     """A protocol function returned something that is not an array (or a tuple or dict of arrays)."""
 

@@ -136,7 +136,7 @@ def prefix_consistency(impl, case):
     lengths = swept_lengths(ids.shape[1])  # (T,), or 15, 17, 31, ... up to T
     conditions = prefix_conditions(impl, ids, params, config.n_heads)  # (T,): the model's condition on each prefix
     holding = min(T for T in lengths if T >= drawn_j)
-    pairs = ([(drawn_j, holding)] if drawn_j < holding else []) + list(zip(lengths, lengths[1:]))  # (prefix, whole)
+    pairs = ([(drawn_j, holding)] if drawn_j < holding else []) + list(zip(lengths, lengths[1:], strict=False))  # (prefix, whole)
     runs = {}
     for j, T in pairs:
         call = f"gpt_logits(ids[:, :{j}], params, n_heads={config.n_heads}) vs gpt_logits(ids[:, :{T}], ...)[:, :{j}]"

@@ -11,11 +11,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import reference.numpy as ref
-from invariants import Implementation, all_invariants, direct, load_implementation, run_invariant
+from invariants import Implementation, all_invariants, direct, load_implementation, run_invariant, runner
 from invariants.asserts import InvariantViolation
 from invariants.profiles import profile_settings
 from invariants.registry import Invariant
-from invariants import runner
 from invariants.runner import Case, InvariantSkipped
 
 pytestmark = pytest.mark.skipif(not direct.available(), reason="this hypothesis lacks the internals direct draws use")
