@@ -59,7 +59,8 @@ def _logits(impl, config, ids, params, call):
 
 def prefix_conditions(impl, ids, params, n_heads):
     """(T,): entry t - 1 is the worst layer_norm_condition of the model's norm inputs (each block's two and the final
-    norm's, in float64) on ids[:, :t], for every t at once: the model is causal, so a prefix's rows are the full run's."""
+    norm's, in float64) on ids[:, :t], for every t at once: the model is causal, so a prefix's rows are the full run's
+    (to float64 rounding)."""
     eps = layer_norm_eps(impl)
     wte, wpe, blocks = impl.as_seen((params["wte"], params["wpe"], params["blocks"]))
     x = wte[ids] + wpe[: ids.shape[1]]  # (B, T, d)
@@ -68,11 +69,6 @@ def prefix_conditions(impl, ids, params, n_heads):
         worst = np.maximum(worst, norms_row_conditions(impl, x, block, n_heads, True))
         x = ref.transformer_block(x, block, n_heads, True, eps=eps)
     return np.maximum.accumulate(np.maximum(worst, layer_norm_row_conditions(x, eps)).max(axis=0))
-
-
-def model_condition(impl, ids, params, n_heads):
-    """The worst layer_norm_condition of the model's norm inputs on ids (B, T): each block's two and the final norm's, in float64."""
-    return float(prefix_conditions(impl, ids, params, n_heads)[-1])
 
 
 def _head_tolerance(impl, h, wte):
