@@ -165,7 +165,7 @@ def cross_entropy_known_values(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="the loss is not built from log-probabilities: raw logits or probabilities are picked instead of log_softmax, or the sign is flipped, "
-    "or log-sum-exp subtracts the row max and does not add it back",
+    "or log-sum-exp subtracts the row max and does not add it back, or skips the max (log Σexp(x) rounds below the target's logit: -1e-17)",
 )
 def cross_entropy_non_negative(impl, case):
     """cross_entropy >= 0 exactly: every log-probability is <= 0, since lse(x) >= max(x) >= x_t in any rounding."""
@@ -178,7 +178,8 @@ def cross_entropy_non_negative(impl, case):
 
 @invariant(
     requires=("cross_entropy",),
-    hint="log-sum-exp subtracts the row max but does not add it back (log Σexp(x - m) instead of m + log Σexp(x - m))",
+    hint="the loss moves with the logits' common level: log-sum-exp subtracts the row max but does not add it back "
+    "(log Σexp(x - m) instead of m + log Σexp(x - m)), or the target's raw logit is used without the log-sum-exp",
 )
 def cross_entropy_shift_invariance(impl, case):
     """Adding a constant c to a row of logits leaves the loss unchanged: CE(x + c, t) = CE(x, t).

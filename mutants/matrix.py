@@ -250,9 +250,12 @@ def _rate(killed, total):
 
 
 def signatures_of(rows):
-    """{mutant: {"bug", "killed_by", "named_by", "failing", "held"}}: what invariants.diagnosis learns from (whole runs only)."""
-    return {r.mutant: {"bug": r.bug, "killed_by": r.killed_by, "named_by": list(r.named_by or (r.killed_by,)), "failing": r.failing,
-                       "held": r.held} for r in rows}
+    """{mutant: {"bug", "killed_by", "named_by", "failing", "held"}}: what invariants.diagnosis learns from (whole runs only).
+
+    named_by keeps killed_by and those of the mutant's other naming invariants that failed in this run: one that held cannot be a diagnosis.
+    """
+    return {r.mutant: {"bug": r.bug, "killed_by": r.killed_by, "failing": r.failing, "held": r.held,
+                       "named_by": [n for n in r.named_by or (r.killed_by,) if n == r.killed_by or n in r.failing]} for r in rows}
 
 
 def summarise(rows, *, wall_seconds=None, whole=False):

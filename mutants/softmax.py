@@ -31,7 +31,7 @@ def softmax_returns_log_probabilities(x, axis=-1):
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-@mutant(also_named_by=("softmax.cross_entropy_known_values",),
+@mutant(also_named_by=("softmax.cross_entropy_known_values", "softmax.cross_entropy_non_negative"),
         replaces="cross_entropy", killed_by="softmax.cross_entropy_large_logits", bug="log-sum-exp without the max: exp(1e4) overflows to inf")
 def cross_entropy_without_max_subtraction(logits, targets):
     log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))  # (..., V)
@@ -57,7 +57,8 @@ def cross_entropy_in_bits(logits, targets):
     return -np.take_along_axis(log2_probs, targets[..., None], axis=-1).mean()
 
 
-@mutant(replaces="cross_entropy", killed_by="softmax.cross_entropy_non_negative", bug="the target's raw logit is negated, without log-softmax")
+@mutant(also_named_by=("softmax.cross_entropy_shift_invariance",),
+        replaces="cross_entropy", killed_by="softmax.cross_entropy_non_negative", bug="the target's raw logit is negated, without log-softmax")
 def cross_entropy_of_raw_logits(logits, targets):
     return -np.take_along_axis(logits, targets[..., None], axis=-1).mean()
 

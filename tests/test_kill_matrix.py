@@ -139,3 +139,10 @@ def test_command_refuses_a_pattern_that_matches_nothing(capsys):
 
 def test_the_named_invariants_exist():
     assert all(m.killed_by in REGISTRY for m in ZOO)
+
+
+def test_a_signature_is_named_only_by_invariants_that_failed():
+    """A naming invariant that held in this run cannot be the diagnosis: the signature leaves it out, and keeps killed_by."""
+    row = kill_matrix_module.Row("m", "a bug", "softmax.a", failing=["softmax.a", "softmax.b"], held=["softmax.c"],
+                                 named_by=("softmax.a", "softmax.b", "softmax.c"))
+    assert kill_matrix_module.signatures_of([row])["m"]["named_by"] == ["softmax.a", "softmax.b"]
