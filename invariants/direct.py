@@ -17,16 +17,20 @@ whether they are there; where not, the runner searches with hypothesis's engine 
 
 from __future__ import annotations
 
+import functools
 import math
 
 try:
     from hypothesis.control import BuildContext
     from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
+    from hypothesis.errors import UnsatisfiedAssumption
     from hypothesis.internal.conjecture.data import ConjectureData
-    from hypothesis.internal.conjecture.providers import HypothesisProvider
+    from hypothesis.internal.conjecture.providers import COLLECTION_DEFAULT_MAX_SIZE, INTEGERS_DISTRIBUTION, HypothesisProvider
     from hypothesis.internal.conjecture.utils import _calc_p_continue
     from hypothesis.internal.floats import float_to_int, int_to_float
+    from hypothesis.strategies._internal.core import BuildsStrategy
     from hypothesis.strategies._internal.lazy import unwrap_strategies
+    from hypothesis.strategies._internal.strategies import MappedStrategy
 except ImportError:  # another hypothesis: the runner uses its engine throughout
     ConjectureData = HypothesisProvider = None
 
@@ -46,12 +50,39 @@ if available():
             if constant is not None:
                 return constant
             # The law of hypothesis's many(): min_size forced, then go on with probability p_continue up to max_size.
+            # The steps taken are geometric, P(k >= n) = p_continue**n, so one uniform U gives k = floor(log U / log p_continue).
             average = min(max(min_size * 2, min_size + 5), 0.5 * (min_size + max_size))
             p_continue = _calc_p_continue(average - min_size, max_size - min_size)
-            size, uniform = min_size, self._random.random
-            while size < max_size and uniform() < p_continue:
-                size += 1
-            return self._random.randbytes(size)
+            extra = max_size - min_size
+            if p_continue <= 0 or extra == 0:
+                steps = 0
+            elif p_continue >= 1:
+                steps = extra
+            else:
+                steps = min(int(math.log(1.0 - self._random.random()) / math.log(p_continue)), extra)  # 1 - U in (0, 1]
+            return self._random.randbytes(min_size + steps)
+
+        def _draw_integer_from_distribution(self, min_value, max_value):
+            # Hypothesis's law for a bounded range: p uniform between the CDF at its two ends, the integer nearest the inverse CDF of p.
+            # The two ends are computed once per range here (hypothesis computes them on every draw); the same random() calls.
+            ends = _cdf_ends(min_value, max_value)
+            if ends is None:  # unbounded, or too narrow in CDF space: hypothesis's own fallbacks
+                return super()._draw_integer_from_distribution(min_value, max_value)
+            lo, hi = ends
+            while (p := lo + self._random.random() * (hi - lo)) in (0, 1):
+                pass
+            return min(max(round(INTEGERS_DISTRIBUTION.inverse_cdf(p)), min_value), max_value)
+
+    @functools.lru_cache(maxsize=4096)
+    def _cdf_ends(min_value, max_value):
+        """(CDF at min_value - 1/2, CDF at max_value + 1/2) of hypothesis's integer law, or None where it falls back to another."""
+        if min_value is None or max_value is None:
+            return None
+        try:
+            lo, hi = INTEGERS_DISTRIBUTION.cdf(min_value - 0.5), INTEGERS_DISTRIBUTION.cdf(max_value + 0.5)
+        except OverflowError:
+            return None
+        return (lo, hi) if hi - lo >= 1e-13 else None
 
     class DirectData(ConjectureData):
         """ConjectureData that draws and records choices, nothing else: no spans, no tree, no observations."""
@@ -66,9 +97,45 @@ if available():
                 self.mark_invalid(f"empty strategy {strategy!r}")
             self.depth += 1
             try:
+                kind = type(unwrapped)
+                if kind is MappedStrategy and not isinstance(unwrapped.pack, type):
+                    return self._draw_mapped(unwrapped)
+                if kind is BuildsStrategy and (unwrapped.args or unwrapped.kwargs):
+                    return self._draw_built(unwrapped)
                 return unwrapped.do_draw(self)
             finally:
                 self.depth -= 1
+
+        def _draw_mapped(self, mapped):
+            """MappedStrategy.do_draw without its warnings filter, span and printer record: the same draws, the same three tries."""
+            for _ in range(3):
+                try:
+                    return mapped.pack(self.draw(mapped.mapped_strategy))
+                except UnsatisfiedAssumption:
+                    continue
+            raise UnsatisfiedAssumption
+
+        def _draw_built(self, builds):
+            """BuildsStrategy.do_draw without its argument labels and printer record: each argument drawn in order, then the call."""
+            args = [self.draw(arg) for arg in builds.args]
+            kwargs = {name: self.draw(value) for name, value in builds.kwargs.items()}
+            return builds.target(*args, **kwargs)
+
+        def draw_integer(self, min_value=None, max_value=None, *, weights=None, shrink_towards=0, forced=None, observe=True):
+            """ConjectureData.draw_integer straight to the provider, without its argument checks and constraint pooling."""
+            if forced is None:
+                forced = self.provider.draw_integer(min_value, max_value, weights=weights, shrink_towards=shrink_towards)
+            if observe:
+                self.recorded.append(forced)
+            return forced
+
+        def draw_bytes(self, min_size=0, max_size=COLLECTION_DEFAULT_MAX_SIZE, *, forced=None, observe=True):
+            """ConjectureData.draw_bytes straight to the provider, without its argument checks and constraint pooling."""
+            if forced is None:
+                forced = self.provider.draw_bytes(min_size, max_size)
+            if observe:
+                self.recorded.append(forced)
+            return forced
 
         def start_span(self, label):
             self.depth += 1

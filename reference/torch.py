@@ -60,10 +60,15 @@ def accumulate_in_float32(fn):
     return wrapper
 
 
+def _row_max(x, axis):
+    """The maximum along `axis`, as a constant for autograd: softmax(x - m) is the same for every m, so its gradient through m is 0."""
+    return x.amax(dim=axis, keepdim=True).detach()  # spares the backward pass a gradient it would round to about 0
+
+
 @accumulate_in_float32
 def softmax(x, axis=-1):
     """exp(x) / Σ exp(x) along `axis`, the row maximum subtracted first."""
-    shifted = x - x.amax(dim=axis, keepdim=True)
+    shifted = x - _row_max(x, axis)
     e = torch.exp(shifted)
     return e / e.sum(dim=axis, keepdim=True)
 
@@ -71,7 +76,7 @@ def softmax(x, axis=-1):
 @accumulate_in_float32
 def log_softmax(x, axis=-1):
     """x - logsumexp(x) along `axis`."""
-    shifted = x - x.amax(dim=axis, keepdim=True)
+    shifted = x - _row_max(x, axis)
     return shifted - torch.log(torch.exp(shifted).sum(dim=axis, keepdim=True))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from hypothesis.errors import UnsatisfiedAssumption
 
 import reference.numpy as ref
 from invariants import Implementation, all_invariants, direct, load_implementation, run_invariant, runner
@@ -63,10 +64,36 @@ def test_hypothesis_replays_every_direct_draw_to_the_same_values(inv):
 
 
 def test_a_bytes_choice_has_hypothesis_s_length_law():
-    # lengths 32 to 256 with hypothesis's average for them (64), and every length allowed
-    lengths = [len(direct.DirectData(random.Random(i)).draw_bytes(32, 256)) for i in range(4000)]
-    assert min(lengths) == 32 and max(lengths) <= 256
-    assert 60 < np.mean(lengths) < 68
+    """Lengths drawn directly (one uniform, inverted) follow the law of hypothesis's own ConjectureData (its average 64 for 32 to 256)."""
+    ours = np.array([len(direct.DirectData(random.Random(i)).draw_bytes(32, 256)) for i in range(10_000)])
+    theirs = np.array([len(direct.ConjectureData(random=random.Random(10**6 + i)).draw_bytes(32, 256)) for i in range(10_000)])
+    assert ours.min() == theirs.min() == 32 and ours.max() <= 256
+    assert abs(ours.mean() - theirs.mean()) < 2.0, (ours.mean(), theirs.mean())  # about 6 standard errors (std 32, 10,000 each)
+    assert np.abs(np.percentile(ours, [25, 50, 75, 95]) - np.percentile(theirs, [25, 50, 75, 95])).max() <= 3
+    assert abs((ours == 32).mean() - (theirs == 32).mean()) < 0.01  # the first stop: 1 - p_continue, about 3%
+    assert len(direct.DirectData(random.Random(0)).draw_bytes(5, 5)) == 5
+
+
+@pytest.mark.parametrize(("low", "high"), [(0, 1), (1, 128), (-5, 5), (3, 3), (0, 2**32 - 1), (-(2**70), 2**70), (10**20, 10**20 + 5)])
+def test_an_integer_choice_is_what_hypothesis_s_law_draws_from_the_same_random_state(low, high):
+    """The CDF ends cached per range change nothing: the same random() calls give the same integers as hypothesis's own provider."""
+    ours, theirs = direct.DirectData(random.Random(7)).provider, direct.DirectData(random.Random(7)).provider
+    drawn = [ours._draw_integer_from_distribution(low, high) for _ in range(500)]
+    assert drawn == [direct.HypothesisProvider._draw_integer_from_distribution(theirs, low, high) for _ in range(500)]
+    assert all(low <= n <= high for n in drawn)
+
+
+def test_a_mapped_strategy_drawn_directly_retries_a_rejected_value_as_hypothesis_does():
+    """Three tries, then the draw is rejected, as in MappedStrategy.do_draw."""
+    tries = []
+
+    def reject(n):
+        tries.append(n)
+        raise UnsatisfiedAssumption()
+
+    with pytest.raises(UnsatisfiedAssumption):
+        direct.DirectData(random.Random(0)).draw(st.integers(0, 9).map(reject))
+    assert len(tries) == 3
 
 
 def _impl():
