@@ -85,7 +85,7 @@ if available():
         return (lo, hi) if hi - lo >= 1e-13 else None
 
     class DirectData(ConjectureData):
-        """ConjectureData that draws and records choices, nothing else: no spans, no tree, no observations."""
+        """ConjectureData that draws and records choices, nothing else: no spans, no tree, no observations, no printer records."""
 
         def __init__(self, random):
             super().__init__(random=random, provider=DirectProvider)
