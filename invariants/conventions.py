@@ -14,7 +14,6 @@ and the block's and the model's agreement with the reference).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +25,20 @@ class Declared(str):
     """A skip reason that comes from a declared convention (counted apart in the summary)."""
 
 
-def _positive(value):
-    return value > 0
+# Where real code sits, for the numeric conventions' bounds (a declaration outside them is refused).
+# eps: BERT's LayerNorm 1e-12; GPT-2's and PyTorch's nn.LayerNorm default 1e-5; Llama's, T5's and Gemma's norms 1e-6 or 1e-5;
+# Keras's LayerNormalization default 1e-3, the largest in common use; torch.nn.RMSNorm(eps=None) uses finfo(dtype).eps, 2.2e-16 in
+# float64, the smallest. The suite's norm inputs keep a row's variance at 1e-2 or more (strategies.norms.norm_rows: std >= 0.1), ten
+# times the largest eps, so a norm at any allowed eps still depends on its input: an eps of 1e300 would turn every LayerNorm into
+# its bias and every block and model into constants.
+EPS_BOUNDS = (1e-16, 1e-3)
+EPS_IN_REAL_CODE = "real norms use 1e-12 (BERT) to 1e-3 (Keras), most 1e-5 (GPT-2, PyTorch) or 1e-6 (Llama, T5)"
+# d_ff / d_model: 4 in GPT-2, BERT, ViT, Whisper and the original Transformer; 8 in M2M-100 1.2B; 16 in T5-3B; 64 in
+# T5-11B (d_ff 65,536 at d_model 1,024), the widest in use. The parent draws ratio·d_model hidden units per network (d_model
+# <= 18 in the suite, so d_ff <= 1,152 at 64: the ci profile's feed_forward, block, model and moe agreement checks take
+# 0.1-0.2 s at 64 as at 4); FEED_FORWARD_RATIO = 50,000 drew weights until the parent hit its 8 GiB cap.
+RATIO_BOUNDS = (1, 64)
+RATIO_IN_REAL_CODE = "real networks use 4 (GPT-2, BERT, ViT), 8 (M2M-100), 16 (T5-3B), at most 64 (T5-11B)"
 
 
 @dataclass(frozen=True)
@@ -35,19 +46,18 @@ class Convention:
     """One declarable constant: its allowed values, the value assumed when it is absent, and what it changes."""
 
     name: str
-    allowed: tuple  # the allowed values, or the allowed types (a tuple of classes)
+    allowed: tuple  # the allowed values, or the allowed type (a tuple of one class)
     default: object
     changes: str  # one sentence: which invariants or strategies it changes
-    valid: Callable | None = None  # for allowed types: a further condition on the value (e.g. > 0)
-    requirement: str = ""  # that condition in words, for the message
+    bounds: tuple | None = None  # for an allowed type: (lowest, highest) value, both allowed
+    real: str = ""  # where real code sits within the bounds, for the message
 
     def problem(self, value):
         """Why `value` cannot be declared for this convention, or None."""
-        if all(isinstance(a, type) for a in self.allowed):
-            ok = isinstance(value, self.allowed) and not (isinstance(value, bool) and bool not in self.allowed)
-            expected = " or ".join(a.__name__ for a in self.allowed)
-            if ok and self.valid is not None and not self.valid(value):
-                ok, expected = False, f"{expected} {self.requirement}"
+        if self.bounds is not None:
+            (kind,), (low, high) = self.allowed, self.bounds
+            ok = isinstance(value, kind) and not isinstance(value, bool) and low <= value <= high  # NaN fails both comparisons
+            expected = f"{'an' if kind is int else 'a'} {kind.__name__} from {low!r} to {high!r}; {self.real}"
         else:
             ok = any(value == a and type(value) is type(a) for a in self.allowed)
             expected = " or ".join(map(repr, self.allowed))
@@ -75,7 +85,7 @@ CONVENTIONS = {
         Convention("LAYER_NORM_EPS", (float,), None,
                    "layer_norm always uses this eps, whatever it is passed: the norm invariants pass it, the reference "
                    "block and model use it, and the scale law (which needs eps/c²) is skipped",
-                   valid=_positive, requirement="> 0"),
+                   bounds=EPS_BOUNDS, real=EPS_IN_REAL_CODE),
         Convention("LAYER_NORM_BIAS", (True, False), True,
                    "False (a LayerNorm without a bias: nn.LayerNorm(bias=False), x-transformers, nanoGPT's bias=False): layer_norm, "
                    "the blocks' and the model's norms are given zero biases (ln1_b, ln2_b, ln3_b, lnf_b)"),
@@ -84,11 +94,11 @@ CONVENTIONS = {
                    "feed_forward, the blocks, the model and moe's GELU experts are given zero b1 and b2"),
         Convention("RMS_NORM_EPS", (float,), None,
                    "rms_norm always uses this eps, whatever it is passed: the invariants pass it, and the scale law "
-                   "(which needs eps/c²) is skipped", valid=_positive, requirement="> 0"),
+                   "(which needs eps/c²) is skipped", bounds=EPS_BOUNDS, real=EPS_IN_REAL_CODE),
         Convention("FEED_FORWARD_RATIO", (int,), None,
                    "feed_forward, the block, the model and the experts are drawn with the hidden width d_ff = ratio·d_model "
                    "only (undeclared: feed_forward takes any width, the others 4·d_model)",
-                   valid=_positive, requirement=">= 1"),
+                   bounds=RATIO_BOUNDS, real=RATIO_IN_REAL_CODE),
         Convention("EXPERT_FFN", ("gelu", "swiglu"), "gelu",
                    "'swiglu' (Mixtral, Qwen-MoE, DeepSeek-MoE, OLMoE): moe's experts are drawn as SwiGLU networks "
                    "{W_gate, W_up, W_down} without biases and compared with the implementation's swiglu (not feed_forward) "

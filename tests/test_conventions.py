@@ -72,18 +72,29 @@ def test_every_convention_says_what_it_changes_and_its_default_is_allowed():
         assert convention.default is None or convention.problem(convention.default) is None, name
 
 
+EPS = ("a float from 1e-16 to 0.001; real norms use 1e-12 (BERT) to 1e-3 (Keras), most 1e-5 (GPT-2, PyTorch) "
+       "or 1e-6 (Llama, T5)")
+RATIO = "an int from 1 to 64; real networks use 4 (GPT-2, BERT, ViT), 8 (M2M-100), 16 (T5-3B), at most 64 (T5-11B)"
 BAD = [
     ("GELU_FORM", "exact", "GELU_FORM = 'exact' is not allowed: expected 'tanh' or 'erf'"),
     ("ATTENTION_BIASES", 1, "ATTENTION_BIASES = 1 is not allowed: expected True or False"),
     ("CAUSAL_ONLY", "yes", "CAUSAL_ONLY = 'yes' is not allowed: expected True or False"),
     ("ENCODER_ONLY", 1, "ENCODER_ONLY = 1 is not allowed: expected True or False"),
     ("ATTENTION_WEIGHTS", None, "ATTENTION_WEIGHTS = None is not allowed: expected True or False"),
-    ("LAYER_NORM_EPS", 0.0, "LAYER_NORM_EPS = 0.0 is not allowed: expected float > 0"),
-    ("LAYER_NORM_EPS", 1, "LAYER_NORM_EPS = 1 is not allowed: expected float"),
-    ("RMS_NORM_EPS", -1e-6, "RMS_NORM_EPS = -1e-06 is not allowed: expected float > 0"),
-    ("FEED_FORWARD_RATIO", 0, "FEED_FORWARD_RATIO = 0 is not allowed: expected int >= 1"),
-    ("FEED_FORWARD_RATIO", True, "FEED_FORWARD_RATIO = True is not allowed: expected int"),
-    ("FEED_FORWARD_RATIO", 4.0, "FEED_FORWARD_RATIO = 4.0 is not allowed: expected int"),
+    ("LAYER_NORM_EPS", 0.0, f"LAYER_NORM_EPS = 0.0 is not allowed: expected {EPS}"),
+    ("LAYER_NORM_EPS", 1, f"LAYER_NORM_EPS = 1 is not allowed: expected {EPS}"),
+    ("LAYER_NORM_EPS", 1e300, f"LAYER_NORM_EPS = 1e+300 is not allowed: expected {EPS}"),  # every LayerNorm would return its bias
+    ("LAYER_NORM_EPS", 2e-3, f"LAYER_NORM_EPS = 0.002 is not allowed: expected {EPS}"),
+    ("LAYER_NORM_EPS", float("inf"), f"LAYER_NORM_EPS = inf is not allowed: expected {EPS}"),
+    ("LAYER_NORM_EPS", float("nan"), f"LAYER_NORM_EPS = nan is not allowed: expected {EPS}"),
+    ("RMS_NORM_EPS", -1e-6, f"RMS_NORM_EPS = -1e-06 is not allowed: expected {EPS}"),
+    ("RMS_NORM_EPS", 1e300, f"RMS_NORM_EPS = 1e+300 is not allowed: expected {EPS}"),
+    ("RMS_NORM_EPS", 1e-17, f"RMS_NORM_EPS = 1e-17 is not allowed: expected {EPS}"),
+    ("FEED_FORWARD_RATIO", 0, f"FEED_FORWARD_RATIO = 0 is not allowed: expected {RATIO}"),
+    ("FEED_FORWARD_RATIO", 50_000, f"FEED_FORWARD_RATIO = 50000 is not allowed: expected {RATIO}"),  # drew weights up to 8 GiB
+    ("FEED_FORWARD_RATIO", 65, f"FEED_FORWARD_RATIO = 65 is not allowed: expected {RATIO}"),
+    ("FEED_FORWARD_RATIO", True, f"FEED_FORWARD_RATIO = True is not allowed: expected {RATIO}"),
+    ("FEED_FORWARD_RATIO", 4.0, f"FEED_FORWARD_RATIO = 4.0 is not allowed: expected {RATIO}"),
     ("TOP_K_TIES", "lower_index", "TOP_K_TIES = 'lower_index' is not allowed: expected 'lower' or 'any'"),
     ("EXPERT_FFN", "silu", "EXPERT_FFN = 'silu' is not allowed: expected 'gelu' or 'swiglu'"),
 ]
