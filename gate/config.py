@@ -17,6 +17,7 @@ import tomllib
 
 from gate.confine import TOOLS
 from gate.sandbox import Limits
+from invariants.conventions import CONVENTIONS
 from invariants.profiles import PROFILE_NAMES
 from invariants.protocol import BACKENDS, DTYPES
 from invariants.registry import COMPONENTS, all_invariants
@@ -32,6 +33,7 @@ SECTIONS = {
     "sandbox": {"drop_user", "network_namespace", "tool", "require"},
     "similarity": {"reference", "flag_above", "fail_above"},
     "invariants": None,  # a list of tables, checked entry by entry
+    "declarations": None,  # convention = [values a submission may declare], checked key by key
 }
 ENTRY_KEYS = {"select", "points", "visibility", "exclude"}
 
@@ -78,6 +80,23 @@ class Assignment:
     fail_above: float | None = None  # similarity to the reference that fails the submission (None: never)
     selected: tuple = ()  # of Selected, in the file's order
     excluded: tuple = ()  # of (invariant name, why the gate leaves it out)
+    declarations: dict | None = None  # {convention: values a submission may declare}; None: any value the suite allows
+
+    def refused_declaration(self, declared):
+        """Why the assignment refuses one of `declared` ({convention: value}, within the suite's bounds), or None.
+
+        A convention's default changes nothing, so declaring it is always allowed.
+        """
+        if self.declarations is None:
+            return None
+        for name, value in declared.items():
+            allowed = self.declarations.get(name, ())
+            if any(_same(value, a) for a in (*allowed, CONVENTIONS[name].default)):
+                continue
+            allows = " or ".join(f"{name} = {a!r}" for a in allowed) if allowed else f"no {name} declaration"
+            return (f"the submission declares {name} = {value!r}, which this assignment does not allow (it allows {allows}): "
+                    "remove the declaration" + (" or declare an allowed value" if allowed else ""))
+        return None
 
     def visible_only(self):
         """The same assignment restricted to its visible invariants: what a student previews locally.
@@ -88,6 +107,10 @@ class Assignment:
         from dataclasses import replace
 
         return replace(self, selected=tuple(s for s in self.selected if s.visibility == "visible"), require=())
+
+
+def _same(value, allowed):
+    return value == allowed and type(value) is type(allowed)  # True is not 1, 4 is not 4.0
 
 
 def _fail(where, key, value, fix):
@@ -121,6 +144,30 @@ def _limits(table, where):
                 _fail(where, f"[limits] {f.name}", value, "must be a positive number")
             values[f.name] = type(f.default)(value)
     return Limits(**values)
+
+
+def _declarations(data, where):
+    """{convention: tuple of allowed values} from [declarations], or None where the file has no such table."""
+    if "declarations" not in data:
+        return None
+    table = data["declarations"]
+    if not isinstance(table, dict):
+        _fail(where, "declarations", table, "must be a table ([declarations]) of convention = [values a submission may declare]")
+    allowed = {}
+    for name, values in table.items():
+        key = f"[declarations] {name}"
+        if name not in CONVENTIONS:
+            close = difflib.get_close_matches(name, list(CONVENTIONS), n=1)
+            _fail(where, key, values, "is not a declarable convention; " +
+                  (f"did you mean {close[0]}?" if close else f"known: {', '.join(CONVENTIONS)}"))
+        if not isinstance(values, list) or not values:
+            _fail(where, key, values, "must be a non-empty list of the values a submission may declare (leave the key out to allow none)")
+        for value in values:
+            problem = CONVENTIONS[name].problem(value)
+            if problem:
+                _fail(where, key, values, f"holds a value no submission may declare: {problem}")
+        allowed[name] = tuple(values)
+    return allowed
 
 
 def _resolve(entries, registry, backend, where):
@@ -246,5 +293,5 @@ def load_assignment(path):
         drop_user=sandbox.get("drop_user", True), network_namespace=sandbox.get("network_namespace", True),
         tool=tool, require=tuple(require), similarity_reference=similarity.get("reference", True),
         flag_above=thresholds["flag_above"], fail_above=thresholds["fail_above"],
-        selected=selected, excluded=excluded,
+        selected=selected, excluded=excluded, declarations=_declarations(data, where),
     )

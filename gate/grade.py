@@ -320,6 +320,10 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
         _not_gradable(result, str(exc))
         return session
     result.submission["declarations"] = dict(impl.declarations)
+    refused = assignment.refused_declaration(impl.declarations)
+    if refused:
+        _not_gradable(result, refused)
+        return session
 
     settings = _settings(assignment, seed if result.seed["mode"] != "derandomized" else None)
     losses = 0

@@ -184,6 +184,8 @@ def to_markdown(result, *, show_hidden=False):
         lines += [f"| {_cell(e['kind'])} | `{_cell(e['name'])}` | {_cell(e['where'])} | {_cell(e['detail'])} | {_cell(e['source'])} |"
                   for e in result.evidence]
         lines.append("")
+    if sub.get("declarations"):
+        lines += [f"Declared conventions: {_cell(', '.join(f'{k} = {v!r}' for k, v in sub['declarations'].items()))}.", ""]
     if (result.similarity or {}).get("reference"):
         lines += [f"Similarity of the code to the reference: {_cell(_similarity_text(result))}.", ""]
     if result.excluded:
@@ -238,6 +240,8 @@ def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30)
             lines += ["", f"--- {inv.name} ({WORD[inv.status]})", *cut]
     for e in result.evidence:
         lines.append(f"  evidence: {e['kind']} {e['name']} at {e['where']} ({e['detail']}; {e['source']})")
+    if result.submission.get("declarations"):
+        lines.append(f"  declared: {', '.join(f'{k} = {v!r}' for k, v in result.submission['declarations'].items())}")
     if (result.similarity or {}).get("reference"):
         lines.append(f"  similarity to the reference: {_similarity_text(result)}")
     if result.sandbox:

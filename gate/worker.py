@@ -375,12 +375,15 @@ def serve(fd_in, fd_out, namespace, setup, guard):
 
 
 def _declarations(namespace, names):
-    """The declared conventions, as JSON values; anything else as its repr, so the parent refuses it by name."""
+    """The declared conventions, as short JSON values; anything else as a line of text, so the parent refuses it by name."""
     found = {}
     for name in names:
         if hasattr(namespace, name):
             value = getattr(namespace, name)
-            found[name] = value if value is None or type(value) in (bool, int, float, str) else boundary.first_line(repr(value), 80)
+            if type(value) is int and value.bit_length() > 63:  # past 4,300 digits it has no repr, and JSON cannot carry it
+                value = f"an int of {value.bit_length()} bits"
+            short = value is None or type(value) in (bool, int, float) or type(value) is str and len(value) <= 80
+            found[name] = value if short else boundary.first_line(repr(value), 80)
     return found
 
 

@@ -14,6 +14,7 @@ and the block's and the model's agreement with the reference).
 from __future__ import annotations
 
 import functools
+import reprlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +62,7 @@ class Convention:
         else:
             ok = any(value == a and type(value) is type(a) for a in self.allowed)
             expected = " or ".join(map(repr, self.allowed))
-        return None if ok else f"{self.name} = {value!r} is not allowed: expected {expected}"
+        return None if ok else f"{self.name} = {reprlib.repr(value)} is not allowed: expected {expected}"  # a long value cut short
 
 
 CONVENTIONS = {
