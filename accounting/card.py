@@ -11,9 +11,10 @@ L·(kv_lora_rank + qk_rope_head_dim) values (transformers 5 caches that latent t
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
-from accounting.config import ConfigError, model_from_config, read_config
+from accounting.config import ConfigError, read_config, read_model
 from accounting.count import PARTS, count
 from reference.counts import inference_flops_per_token, training_flops
 
@@ -41,12 +42,14 @@ def kv_formula(m):
 def card(source, *, overrides=None, tokens=None):
     """Everything the card shows, as plain JSON-ready values, for a known model's name, a config path or a mapping.
 
-    overrides replace config keys first ({"tie_word_embeddings": False}); tokens, a training set's
-    size D, adds 6·N·D. Raises accounting.ConfigError (one line) on input it cannot count.
+    overrides replace config keys first ({"tie_word_embeddings": False}, or an alias: num_hidden_layers
+    for GPT-2's n_layer), and the card lists them as applied; tokens, a training set's size D, adds
+    6·N·D. Raises accounting.ConfigError (one line) on input it cannot count or an override it does not read.
     """
-    config = {**read_config(source), **(overrides or {})}
+    config = read_config(source)
+    overrides = dict(overrides or {})
     try:
-        model = model_from_config(config)
+        model, applied = read_model(config, overrides)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") if isinstance(source, (str, os.PathLike)) else exc from None
     c = count(model)
@@ -56,6 +59,7 @@ def card(source, *, overrides=None, tokens=None):
     return {
         "model": str(source) if isinstance(source, (str, os.PathLike)) else config.get("_name_or_path") or model.model_type,
         "model_type": model.model_type,
+        "overrides": [{"set": key, "as": applied.get(key, key), "value": value} for key, value in overrides.items()],
         "architecture": dataclasses.asdict(model),
         "parameters": {
             "total": c.total,
@@ -111,7 +115,10 @@ def format_card(data):
     """The card as a terminal table."""
     p, a = data["parameters"], data["architecture"]
     total = p["total"]
-    lines = [f"{data['model']}: {_shape_line(a)}", "", f"{'part':<16}{'parameters':>18}{'active per token':>20}{'share':>8}"]
+    lines = [f"{data['model']}: {_shape_line(a)}"]
+    lines += [f"  with {o['as']} = {json.dumps(o['value'])}" + (f" (set as {o['set']})" if o["set"] != o["as"] else "")
+              for o in data.get("overrides", ())]
+    lines += ["", f"{'part':<16}{'parameters':>18}{'active per token':>20}{'share':>8}"]
     for part in PARTS:
         n, active = p["by_part"][part], p["active_by_part"][part]
         if n or active:

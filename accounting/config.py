@@ -13,6 +13,7 @@ F_e expert width.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,17 +92,35 @@ class Model:
 
 
 class _Reader:
-    """Typed reads of one config mapping; every failure is a ConfigError naming the key."""
+    """Typed reads of one config mapping and its overrides; every failure is a ConfigError naming the key."""
 
-    def __init__(self, config):
+    def __init__(self, config, overrides):
         self.config = config
+        self.overrides = overrides
+        self.read = set()  # every key a read looked for, aliases included
+        self.applied = {}  # {override key: the key it was read as}
 
     def raw(self, names, default=MISSING):
-        """(the first of `names` the config holds, its value), or (names[0], default)."""
+        """(the key read, its value): an override of any of `names` first, else the first of `names` the config holds, else (names[0], default)."""
+        self.read.update(names)
+        for name in names:
+            if name in self.overrides:
+                self.applied[name] = names[0]
+                return name, self.overrides[name]
         for name in names:
             if name in self.config:
                 return name, self.config[name]
         return names[0], default
+
+    def unread(self, model_type):
+        """The ConfigError for the first override no read looked for (a key this model_type does not read), or None."""
+        for key in self.overrides:
+            if key not in self.read:
+                close = difflib.get_close_matches(key, sorted(self.read), n=1)
+                hint = f'did you mean "{close[0]}"? ' if close else ""
+                return ConfigError(f'key "{key}" (an override): a {model_type} config does not use it; {hint}'
+                                   f"the count reads {', '.join(sorted(self.read))}")
+        return None
 
     def integer(self, *names, low=1, default=MISSING, meaning="", nullable=False):
         """The first of `names` present (a name and its aliases), an int >= low; `default` when absent; None for null when nullable."""
@@ -120,7 +139,7 @@ class _Reader:
         return value
 
     def boolean(self, name, default):
-        value = self.config.get(name, default)
+        _, value = self.raw([name], default)
         if type(value) is not bool:
             raise bad_key(name, "true or false", value)
         return value
@@ -133,19 +152,33 @@ def _divides(key, value, of_key, of):
 
 def model_from_config(config):
     """The Model a config.json-shaped mapping describes; ConfigError (one line) when it describes none."""
+    return read_model(config)[0]
+
+
+def read_model(config, overrides=None):
+    """(the Model, {override key: the config key it replaced}) for `config` with `overrides` applied.
+
+    An override replaces the key it names or the key it is an alias of (transformers' attribute_map:
+    num_hidden_layers stands for GPT-2's n_layer); an override the model does not read is a ConfigError.
+    """
     if not isinstance(config, Mapping):
         raise ConfigError(f"the config: expected a JSON object of keys and values, got {_json(config)}")
+    overrides = dict(overrides or {})
+    if "model_type" in overrides:
+        config = {**config, "model_type": overrides.pop("model_type")}
     model_type = config.get("model_type", MISSING)
     known = ", ".join(sorted(STYLES))
     if model_type is MISSING:
         raise bad_key("model_type", f"one of {known}")
     if model_type not in STYLES:
         raise bad_key("model_type", f"one of {known}", model_type)
-    r = _Reader(config)
+    r = _Reader(config, overrides)
     style = STYLES[model_type]
-    if style == "gpt2":
-        return _gpt2(r)
-    return _mla(r, model_type) if style == "mla" else _llama(r, model_type)
+    model = _gpt2(r) if style == "gpt2" else _mla(r, model_type) if style == "mla" else _llama(r, model_type)
+    unread = r.unread(model_type)
+    if unread:
+        raise unread
+    return model, r.applied
 
 
 def _gpt2(r):

@@ -277,6 +277,16 @@ def test_cli_json_is_the_card(capsys):
     assert data["parameters"]["total"] == 163_037_184
 
 
+@pytest.mark.parametrize("alias, key", [("num_hidden_layers", "n_layer"), ("hidden_size", "n_embd"), ("num_attention_heads", "n_head")])
+def test_an_override_by_alias_replaces_the_key_it_stands_for(alias, key, capsys):
+    """GPT-2 reads n_layer, n_embd and n_head; transformers' attribute_map names them as Llama does, and so may --set."""
+    value = {"n_layer": 2, "n_embd": 384, "n_head": 6}[key]
+    assert card("gpt2", overrides={alias: value}) == card("gpt2", overrides={key: value}) | {
+        "overrides": [{"set": alias, "as": key, "value": value}]}
+    assert main(["gpt2", "--set", f"{alias}={value}"]) == 0
+    assert f"  with {key} = {value} (set as {alias})" in capsys.readouterr().out.splitlines()[1:3]
+
+
 def test_cli_list(capsys):
     assert main(["--list"]) == 0
     assert capsys.readouterr().out.split() == accounting.known_models()
@@ -287,6 +297,10 @@ def test_cli_list(capsys):
     (["llama-3-8b", "--set", "hidden_size=4096.5"], 'invariants-card: llama-3-8b: key "hidden_size": expected a positive integer'),
     (["mixtral-8x7b", "--set", "num_local_experts=null"], 'invariants-card: mixtral-8x7b: key "num_local_experts": expected a positive integer'),
     (["gpt2", "--set", "model_type=t5"], 'invariants-card: gpt2: key "model_type": expected one of'),
+    (["gpt2", "--set", "num_hiden_layers=2"], 'invariants-card: gpt2: key "num_hiden_layers" (an override): a gpt2 config does not use it; '
+                                              'did you mean "num_hidden_layers"?'),
+    (["llama-3-8b", "--set", "n_layer=2"], 'invariants-card: llama-3-8b: key "n_layer" (an override): a llama config does not use it'),
+    (["gpt2", "--set", "num_hidden_layers=two"], 'invariants-card: gpt2: key "num_hidden_layers": expected an integer >= 0'),
 ])
 def test_cli_bad_input_is_one_line_and_status_2(args, message, capsys):
     assert main(args) == 2
