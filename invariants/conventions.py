@@ -4,11 +4,13 @@
     ATTENTION_BIASES = True    # transformer_block and gpt_logits read b_q, b_k, b_v, b_o
 
 A declaration picks which reference applies, which inputs are drawn, or which invariants run; it
-never loosens a tolerance or turns a false law true, so it can only make the suite check less. An
-invariant skipped because of a declaration says so with a `Declared` reason (see `declared_skip`),
-and the run's summary counts those skips apart. A wrong declaration fails loudly: the comparisons
-use the declared convention only (declaring "erf" for a tanh GELU fails gelu_agrees_with_reference,
-and the block's and the model's agreement with the reference).
+never loosens a tolerance or turns a false law true, so it can only make the suite check less; a
+numeric one is bounded to the values real code uses (EPS_BOUNDS, RATIO_BOUNDS), so no declared value
+makes the reference trivial (an eps of 1e300 made every LayerNorm its bias). An invariant skipped
+because of a declaration says so with a `Declared` reason (see `declared_skip`), and the run's
+summary counts those skips apart. A wrong declaration fails loudly: the comparisons use the
+declared convention only (declaring "erf" for a tanh GELU fails gelu_agrees_with_reference, and
+the block's and the model's agreement with the reference).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ class Declared(str):
 # Where real code sits, for the numeric conventions' bounds (a declaration outside them is refused).
 # eps: BERT's LayerNorm 1e-12; GPT-2's and PyTorch's nn.LayerNorm default 1e-5; Llama's, T5's and Gemma's norms 1e-6 or 1e-5;
 # Keras's LayerNormalization default 1e-3, the largest in common use; torch.nn.RMSNorm(eps=None) uses finfo(dtype).eps, 2.2e-16 in
-# float64, the smallest. The suite's norm inputs keep a row's variance at 1e-2 or more (strategies.norms.norm_rows: std >= 0.1), ten
-# times the largest eps, so a norm at any allowed eps still depends on its input: an eps of 1e300 would turn every LayerNorm into
-# its bias and every block and model into constants.
+# float64, the smallest. The norm invariants' rows have a variance of 1e-2 or more (strategies.norms.norm_rows: std >= 0.1), ten
+# times the largest eps, and the blocks' inputs and the models' embeddings are grid values of std 1, so a norm at any allowed eps
+# still depends on its input (tests/test_declaration_bounds.py): an eps of 1e300 turned every LayerNorm into its bias, and every
+# block and model into constants that code without them could return.
 EPS_BOUNDS = (1e-16, 1e-3)
 EPS_IN_REAL_CODE = "real norms use 1e-12 (BERT) to 1e-3 (Keras), most 1e-5 (GPT-2, PyTorch) or 1e-6 (Llama, T5)"
 # d_ff / d_model: 4 in GPT-2, BERT, ViT, Whisper and the original Transformer; 8 in M2M-100 1.2B; 16 in T5-3B; 64 in
