@@ -63,7 +63,7 @@ class Convention:
             ok = isinstance(value, kind) and not isinstance(value, bool) and low <= value <= high  # NaN fails both comparisons
             expected = f"{'an' if kind is int else 'a'} {kind.__name__} from {low!r} to {high!r}; {self.real}"
         else:
-            ok = any(value == a and type(value) is type(a) for a in self.allowed)
+            ok = any(type(value) is type(a) and value == a for a in self.allowed)  # the type first: an array has no truth value
             expected = " or ".join(map(repr, self.allowed))
         return None if ok else f"{self.name} = {reprlib.repr(value)} is not allowed: expected {expected}"  # a long value cut short
 

@@ -5,6 +5,7 @@ import dataclasses
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the example implementations wrap reference.torch")
@@ -95,6 +96,7 @@ BAD = [
     ("FEED_FORWARD_RATIO", 65, f"FEED_FORWARD_RATIO = 65 is not allowed: expected {RATIO}"),
     ("FEED_FORWARD_RATIO", True, f"FEED_FORWARD_RATIO = True is not allowed: expected {RATIO}"),
     ("FEED_FORWARD_RATIO", 4.0, f"FEED_FORWARD_RATIO = 4.0 is not allowed: expected {RATIO}"),
+    ("ROPE_PAIRING", np.zeros(2), "ROPE_PAIRING = array([0., 0.]) is not allowed: expected 'half_split' or 'interleaved'"),  # no truth value
     ("TOP_K_TIES", "lower_index", "TOP_K_TIES = 'lower_index' is not allowed: expected 'lower' or 'any'"),
     ("EXPERT_FFN", "silu", "EXPERT_FFN = 'silu' is not allowed: expected 'gelu' or 'swiglu'"),
 ]
