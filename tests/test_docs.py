@@ -1,6 +1,10 @@
 """The README's invariant list and the protocol document stay in sync with the code."""
 
+import configparser
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,23 @@ def test_readme_commands_are_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python -m pip install tox && tox -e lint,tests" in readme and "python -m pip install tox && tox -e lint,tests" in ci
+
+
+def test_the_default_matrix_never_reports_cuda_it_did_not_run():
+    """`tox` runs what every machine can run; torch-cuda is asked for (tox -m matrix) and fails where no GPU is present."""
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    default = [name.strip() for name in tox["tox"]["envlist"].split(",")]
+    matrix = dict(line.split("=", 1) for line in tox["tox"]["labels"].strip().splitlines())["matrix "].split(",")
+    assert default == ["numpy", "torch-cpu"] and [name.strip() for name in matrix] == ["numpy", "torch-cpu", "torch-cuda"]
+    check = shlex.split(tox["testenv:torch-cuda"]["commands_pre"].strip())
+    assert check[:2] == ["python", "-c"]
+    torch = pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", check[2]], capture_output=True, text=True, timeout=120)
+    if torch.cuda.is_available():
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode != 0 and "no CUDA device here" in done.stderr, (done.returncode, done.stderr)
 
 
 def test_readme_example_runs_and_catches_a_leak():
