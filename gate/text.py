@@ -1,9 +1,16 @@
-"""Text that came from a submission, made safe to show in a terminal, XML, Markdown or JSON, and in a CI job's log.
+"""Text that came from a submission, made safe for where it lands: a terminal and a CI job's log, XML, Markdown.
+
+One function per format, applied where the text lands: printable() for a terminal, xml_text()
+for XML 1.0, md_cell() and md_code() for Markdown (fenced blocks are reports._fenced), and
+neutralise() over every report as a whole. (HTML is htmlreport's html.escape; Python source is
+invariants.repro's repr.)
 
 CI runners act on lines of a job's log: GitHub Actions on `::command::` at a line's start
 (after spaces) and on the older `##[command]` anywhere in a line, Azure Pipelines on `##vso[`
-and `##[` anywhere, GitLab on `section_start:`/`section_end:` markers. neutralise() breaks
-each of them with a backslash, so that `cat summary.md` in a job runs nothing a student wrote.
+and `##[` anywhere, TeamCity on `##teamcity[`, GitLab on `section_start:`/`section_end:`
+markers. neutralise() breaks each of them with a backslash, so that `cat summary.md` in a job
+runs nothing a student wrote. A line starts after any character some log viewer or runner
+takes for a line break (CR, VT, FF, NEL, U+2028, U+2029, ...), not only after LF.
 """
 
 from __future__ import annotations
@@ -12,13 +19,15 @@ import re
 import unicodedata
 
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-_HIDDEN = ("Cc", "Cf", "Cs", "Co")  # control, format (bidi overrides), surrogate, private use
-_LINE_COMMANDS = re.compile(r"^([^\S\n]*)(::|section_start:|section_end:)", re.M)  # GitHub's (after any spaces), GitLab's sections
-_ANYWHERE_COMMANDS = re.compile(r"##(vso)?\[", re.I)  # Azure's ##vso[ and ##[, GitHub's legacy ##[
+_HIDDEN = ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")  # control, format (bidi overrides), surrogate, private use, line and paragraph separators
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on: each starts a line for some viewer
+_LINE_COMMANDS = re.compile(rf"(?:\A|(?<=[{_BREAKS}]))([\s\u200b-\u200d\u2060\ufeff]*)(::|section_start:|section_end:)")  # GitHub's, GitLab's
+_ANYWHERE_COMMANDS = re.compile(r"##(vso|teamcity)?\[", re.I)  # Azure's ##vso[ and ##[, GitHub's legacy ##[, TeamCity's ##teamcity[
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # outside XML 1.0's Char production
 
 
 def neutralise(text):
-    """Workflow-command prefixes broken with a backslash: `\\::set-output`, `#\\#vso[`, `\\section_start:`."""
+    """Workflow-command prefixes broken with a backslash: `\\::set-output`, `#\\#vso[`, `#\\#teamcity[`, `\\section_start:`."""
     text = _ANYWHERE_COMMANDS.sub(lambda m: "#\\#" + m.group(0)[2:], text)
     return _LINE_COMMANDS.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
@@ -34,10 +43,34 @@ def neutralise_tree(value):
     return value
 
 
+def _shown(ch):
+    return ch if ch in "\n\t" or unicodedata.category(ch) not in _HIDDEN else f"\\u{ord(ch):04x}"
+
+
 def printable(text):
-    """Terminal escape sequences removed; control and invisible format characters shown as \\uXXXX; CI commands neutralised."""
-    text = _ESCAPES.sub("", text)
-    return neutralise("".join(ch if ch in "\n\t" or unicodedata.category(ch) not in _HIDDEN else f"\\u{ord(ch):04x}" for ch in text))
+    """Terminal escape sequences removed; control, invisible format and line-separator characters shown as \\uXXXX; CI commands neutralised."""
+    return neutralise("".join(map(_shown, _ESCAPES.sub("", text))))
+
+
+def xml_text(text):
+    """Every character XML 1.0 does not allow (C0 controls but tab, LF and CR; surrogates; U+FFFE, U+FFFF) shown as \\uXXXX."""
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def md_cell(text):
+    """Inline Markdown that renders as the text itself: one line, no link, image, HTML, emphasis, code span or table cell break."""
+    text = " ".join(printable(str(text)).split())
+    for raw, escaped in (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
+                         ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]"), ("!", "\\!"), ("~", "\\~"), ("#", "\\#")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def md_code(text):
+    """A Markdown code span holding the text as written, on one line: a fence of backticks longer than any run inside it."""
+    text = " ".join(printable(str(text)).split())
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def clean_output(data, cap):
