@@ -7,7 +7,12 @@ The script needs numpy (and torch for a torch implementation), not hypothesis, p
 suite. It loads the module it is given (by default the one the suite ran), repeats every call
 the failing example made, with the same inputs (inline, exact: Python's float repr round-trips;
 beside it in an .npz when they are large), and prints each answer beside the one the suite saw,
-then the property, the violation and the hint.
+then the property, the violation and the hint. An answer that would take the arrays kept past
+MAX_ARRAY_BYTES is described (dtype, shape, bytes) instead of kept.
+
+What the implementation controls (its answers, its error messages, the file name) reaches the
+script only as data: Python literals written by repr() of plain values, or the .npz. The
+docstring and comments carry the suite's own text only.
 """
 
 from __future__ import annotations
@@ -18,22 +23,51 @@ from pathlib import Path
 import numpy as np
 
 INLINE_ELEMENTS = 4096  # larger examples keep their arrays in an .npz beside the script
+MAX_ARRAY_BYTES = 4 << 20  # the arrays one repro keeps (inputs always; answers while they fit), inline or in its .npz
+NUMERIC = "biufc"  # the array kinds an .npz holds without pickle
+PLAIN = (str, bytes, bool, int, float, complex, type(None))  # exactly these types: their repr is a literal of the same value
 
 
 def _literal(value, arrays):
-    """Python source for value; arrays go inline, or into `arrays` (name -> array) when it is not None."""
+    """Python source for value, a literal whatever the value's class says; arrays go inline, or into `arrays` when it is not None."""
     if isinstance(value, np.ndarray):
-        if arrays is not None:
+        if arrays is not None and value.dtype.kind in NUMERIC:
             name = f"a{len(arrays)}"
             arrays[name] = value
             return f"ARRAYS[{name!r}]"
-        return f"np.array({value.tolist()!r}, dtype={value.dtype.name!r})"
+        return f"np.array({_literal(value.tolist(), None)}, dtype={value.dtype.name!r})"
+    if isinstance(value, np.generic) and value.dtype.kind in NUMERIC:
+        return f"np.{value.dtype.name}({_literal(value.item(), None)})"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_literal(v, arrays)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_literal(k, arrays)}: {_literal(v, arrays)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
         items = ", ".join(_literal(v, arrays) for v in value)
         return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
-    return repr(value)
+    if type(value) in (str, bytes):
+        return repr(value).replace("#", "\\x23")  # no CI log command (`##vso[`) in the source: '#' is never part of repr's escapes
+    return repr(value) if type(value) in PLAIN else _literal(f"<a {type(value).__name__}>", None)
+
+
+def _docstring(text):
+    """text as the inside of a triple-quoted docstring that reads back as text: repr's escapes, every quote escaped."""
+    return repr(text)[1:-1].replace('"', '\\"')
+
+
+def _nbytes(value):
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _described(value):
+    """What an answer was, without its values: 'float32 (512, 4096)', per part of a tuple."""
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(map(_described, value)) + ")"
+    return f"{value.dtype} {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
 
 
 def _size(value):
@@ -47,19 +81,34 @@ def _size(value):
 
 
 def _seen(answer):
-    """What the suite got back, as source: the answer, or the error's message."""
-    return ("error", str(answer).split("\n")[0]) if isinstance(answer, Exception) else ("answer", answer)
+    """What the suite got back: ("answer", it), or ("error", the first line of its message)."""
+    return ("error", str(answer).split("\n")[0][:1000]) if isinstance(answer, Exception) else ("answer", answer)
+
+
+def _kept(calls):
+    """(name, args, seen) per call, an answer described ("dropped", text) once the arrays kept would pass MAX_ARRAY_BYTES."""
+    used = sum(_nbytes(args) for _, args, _ in calls)
+    kept = []
+    for name, args, answer in calls:
+        kind, seen = _seen(answer)
+        if kind == "answer" and used + _nbytes(seen) > MAX_ARRAY_BYTES:
+            kind, seen = "dropped", f"{_described(seen)}, {_nbytes(seen):,} bytes: over the {MAX_ARRAY_BYTES >> 20} MiB this script keeps"
+        used += _nbytes(seen)
+        kept.append((name, list(args), (kind, seen)))
+    return kept
 
 
 def repro_source(outcome, impl, *, target=None, npz_name=None):
     """(script source, arrays for an .npz or None) replaying `outcome`'s failing example on `impl`'s kind of implementation."""
-    large = sum(_size(args) + _size(_seen(answer)[1]) for _, args, answer in outcome.calls) > INLINE_ELEMENTS
+    calls = _kept(outcome.calls)
+    large = sum(_size(args) + _size(seen) for _, args, seen in calls) > INLINE_ELEMENTS
     arrays = {} if large else None
-    calls = ",\n    ".join(f"({name!r}, {_literal(list(args), arrays)}, {_literal(_seen(answer), arrays)})" for name, args, answer in outcome.calls)
+    listed = ",\n    ".join(f"({name!r}, {_literal(args, arrays)}, {_literal(seen, arrays)})" for name, args, seen in calls)
     load = f"ARRAYS = np.load(Path(__file__).with_name({npz_name!r}))\n" if large else ""
     source = TEMPLATE.format(
-        invariant=outcome.invariant, statement=outcome.report.split("\n")[0], target=target or getattr(impl, "label", ""),
-        backend=impl.backend, dtype=impl.dtype, load=load, calls=calls or "", violation=outcome.problem, hint=outcome.hint,
+        invariant=re.sub(r"[^\w.]", "_", outcome.invariant), statement=_docstring(outcome.report.split("\n")[0]),
+        target=_literal(target or getattr(impl, "label", ""), None), backend=impl.backend, dtype=impl.dtype, load=load, calls=listed,
+        violation=_literal(outcome.problem, None), hint=_literal(outcome.hint, None),
     )
     return source, arrays
 
@@ -90,7 +139,7 @@ def save_repro(folder, stem, source, arrays):
 
 TEMPLATE = '''"""Counterexample to {invariant}, replayed without hypothesis or the suite.
 
-    python {{this file}} [path/to/your_module.py]     (default: {target})
+    python {{this file}} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 {statement}
 """
@@ -104,16 +153,17 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = {backend!r}, {dtype!r}
+TARGET = {target}
 {load}CALLS = [  # (function, arguments, what the suite got back)
     {calls},
 ]
-VIOLATION = {violation!r}
-HINT = {hint!r}
+VIOLATION = {violation}
+HINT = {hint}
 
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -160,7 +210,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else {target!r})
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {{number}}: {{name}}(...)")
         try:
@@ -171,6 +221,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {{seen}}")
         else:
             print(f"  the suite saw an error: {{seen}}")
     print()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from invariants import REGISTRY, all_invariants, load_implementation, run_invariant
 from invariants.profiles import profile_settings
-from invariants.repro import write_repro
+from invariants.repro import MAX_ARRAY_BYTES, write_repro
 
 all_invariants()
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +80,34 @@ def test_a_repro_whose_answers_are_not_finite_still_runs(tmp_path):
     done = _run_script(write_repro(outcome, impl, tmp_path), module)
     assert done.returncode == 0, done.stderr
     assert "nan" in done.stdout and "violated:" in done.stdout
+
+
+def test_repro_data_is_bounded_and_a_dropped_answer_is_described(tmp_path):
+    impl = load_implementation(str(LEAKY))
+    outcome = run_invariant(REGISTRY["attention.causal_non_leakage"], impl, settings=profile_settings("ci"))
+    huge = np.zeros((1024, 1024, 2))  # 16 MiB of answer, as a submission answering with the wrong huge shape gives
+    calls = tuple((name, args, huge) for name, args, _ in outcome.calls)
+    script = write_repro(dataclasses.replace(outcome, calls=calls), impl, tmp_path)
+    kept = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert kept < MAX_ARRAY_BYTES + (1 << 20), f"the repro keeps {kept:,} bytes, over its bound of {MAX_ARRAY_BYTES:,}"
+    done = _run_script(script, LEAKY)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("the suite saw an answer too large to keep here: float64 (1024, 1024, 2), 16,777,216 bytes") == len(calls)
+
+
+class _Forged:
+    """An answer whose repr is code: the script must hold it as data."""
+
+    def __repr__(self):
+        return '0))]; __import__("pathlib").Path("PWNED").touch(); _ = [((0'  # valid source after CALLS' '('answer', '
+
+
+def test_a_repro_writes_any_answer_and_message_as_data(tmp_path):
+    impl = load_implementation(str(LEAKY))
+    outcome = run_invariant(REGISTRY["attention.causal_non_leakage"], impl, settings=profile_settings("ci"))
+    calls = tuple((name, args, _Forged()) for name, args, _ in outcome.calls)
+    forged = dataclasses.replace(outcome, calls=calls, problem='"""\n__import__("pathlib").Path("PWNED").touch()\n##vso[task.complete]')
+    script = write_repro(forged, impl, tmp_path)
+    done = _run_script(script, LEAKY)
+    assert not (tmp_path / "PWNED").exists() and done.returncode == 0, done.stderr
+    assert "##vso[" not in script.read_text(), "a CI command in the source, as `cat` would print it"
