@@ -150,12 +150,10 @@ def _short_label(record):
 
 
 def _diagnosis(entries):
-    """The plugin's 'likely bug' lines for one column's entries ({invariant, status, reason})."""
-    from invariants.plugin import _diagnosis_lines
+    """The likely bug (invariants.diagnosis.likely_bugs) for one column's entries ({invariant, status, reason})."""
+    from invariants.diagnosis import likely_bugs
 
-    runs = [{"invariant": e["invariant"], "invariant_status": e["status"], **({"failure": e["reason"]} if e["status"] in ("failed", "error") else {})}
-            for e in entries]
-    return [line.strip() for line in _diagnosis_lines(runs)]
+    return [line.strip() for line in likely_bugs((e["invariant"], e["status"], e.get("reason", "")) for e in entries)]
 
 
 def load_suite(paths, *, max_repro_bytes=16384):

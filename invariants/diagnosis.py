@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from invariants.registry import all_invariants
+
 SIGNATURES = Path(__file__).with_name("signatures.json")
 DEPENDS = {  # component -> the components whose functions it calls (the reference's structure)
     "softmax": (), "norms": (), "activation": (), "attention": ("softmax",), "feed_forward": ("activation",),
@@ -135,3 +137,39 @@ def leave_one_out_accuracy(signatures):
 def non_finite_first(failures):
     """Of (invariant, reason) pairs in registry order, the ones whose answer held NaN or inf: named once, first one first."""
     return [(name, reason) for name, reason in failures if NON_FINITE in reason]
+
+
+FAILING = ("failed", "error")  # the statuses that are evidence of a bug: a wrong answer, or none
+
+
+def likely_bugs(outcomes):
+    """The likely bug, as lines to show (evidence indented below it), from (invariant, status, reason) triples; [] when nothing failed.
+
+    NaN or inf in the answers is named once, first. Only the invariants given are read: leave out what a reader must not see.
+    """
+    outcomes = list(outcomes)
+    hints = {inv.name: inv.hint for inv in all_invariants()}  # in registry order: root components first
+    order = {name: i for i, name in enumerate(hints)}
+    failures = sorted(((name, reason) for name, status, reason in outcomes if status in FAILING), key=lambda f: order.get(f[0], len(order)))
+    if not failures:
+        return []
+    failed = {name for name, _ in failures}
+    held = {name for name, status, _ in outcomes if status == "passed"}
+    lines = []
+    non_finite = non_finite_first(failures)
+    if non_finite:
+        first, reason = non_finite[0]
+        lines.append(f"non-finite answers (NaN or inf) in {len(non_finite)} failure(s), first in {first}: {reason}")
+    ranked = diagnose(failed, held)
+    if ranked:
+        top = ranked[0]
+        downstream = len(failed) - len(root_failures(failed))
+        lines.append(f"likely bug: {top.invariant}: {hints.get(top.invariant, '')}")
+        if len(failed) > 1:
+            lines.append(f"  evidence: {len(top.explained)} of the other {len(failed) - 1} failures go with it in the zoo's signatures"
+                         + (f"; {downstream} failure(s) are in components built on a failing one" if downstream else ""))
+        if top.resembles:
+            lines.append("  resembles: " + "; ".join(f"{name} ({bug})" for name, bug in top.resembles))
+        if len(ranked) > 1:
+            lines.append("  next most likely: " + ", ".join(d.invariant for d in ranked[1:3]))
+    return lines

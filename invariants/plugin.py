@@ -171,39 +171,16 @@ def pytest_terminal_summary(terminalreporter):
     if counts:
         parts.append(f"{_plural(sum(counts), 'example')} run (fewest {min(counts):,}, most {max(counts):,} per invariant)")
     terminalreporter.write_line("transformer-invariants: " + ", ".join(parts))
-    for line in _diagnosis_lines(runs):
-        terminalreporter.write_line(line)
+    from invariants.diagnosis import likely_bugs
+
+    for line in likely_bugs(_outcomes(runs)):
+        terminalreporter.write_line("  " + line)
 
 
-def _diagnosis_lines(runs):
-    """The likely bug, from the pattern of failures and passes (invariants.diagnosis), and NaN or inf named once."""
-    if not any("failure" in r for r in runs):
-        return []
-    from invariants.diagnosis import diagnose, non_finite_first, root_failures
-    from invariants.registry import all_invariants
-
-    hints = {inv.name: inv.hint for inv in all_invariants()}  # in registry order: root components first
-    order = {name: i for i, name in enumerate(hints)}
-    failures = sorted(((r["invariant"], r["failure"]) for r in runs if "failure" in r), key=lambda f: order.get(f[0], len(order)))
-    held = {r["invariant"] for r in runs if r["invariant_status"] == "passed"}
-    failed = {name for name, _ in failures}
-    lines = []
-    non_finite = non_finite_first(failures)
-    if non_finite:
-        first, reason = non_finite[0]
-        lines.append(f"  non-finite answers (NaN or inf) in {len(non_finite)} failure(s), first in {first}: {reason}")
-    ranked = diagnose(failed, held)
-    if ranked:
-        top = ranked[0]
-        downstream = len(failed) - len(root_failures(failed))
-        lines.append(f"  likely bug: {top.invariant}: {hints.get(top.invariant, '')}")
-        lines.append(f"    evidence: {len(top.explained)} of the other {len(failed) - 1} failures go with it in the zoo's signatures"
-                     + (f"; {downstream} failure(s) are in components built on a failing one" if downstream else ""))
-        if top.resembles:
-            lines.append("    resembles: " + "; ".join(f"{name} ({bug})" for name, bug in top.resembles))
-        if len(ranked) > 1:
-            lines.append("    next most likely: " + ", ".join(d.invariant for d in ranked[1:3]))
-    return lines
+def _outcomes(runs):
+    """(invariant, status, reason) of each run; an error in the check's own code (no failure recorded) is no evidence of a bug."""
+    return [(r["invariant"], "check_crashed" if r["invariant_status"] == "error" and "failure" not in r else r["invariant_status"],
+             r.get("failure", "")) for r in runs]
 
 
 JSON_FORMAT = "transformer-invariants/suite-run"  # the record's "format"; "version" counts its incompatible changes

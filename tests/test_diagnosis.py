@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from invariants.diagnosis import DEPENDS, diagnose, leave_one_out_accuracy, load_signatures, named_by, non_finite_first, root_failures
+from invariants.diagnosis import DEPENDS, diagnose, leave_one_out_accuracy, likely_bugs, load_signatures, named_by, non_finite_first, root_failures
 from invariants.registry import COMPONENTS, REGISTRY, all_invariants
 
 all_invariants()
@@ -44,6 +44,19 @@ def test_an_unbiased_variance_pattern_is_diagnosed_as_the_layer_norm_bug_and_res
 
 def test_nothing_failed_means_no_diagnosis():
     assert diagnose(set(), {"norms.layer_norm_known_values"}) == []
+
+
+def test_likely_bugs_leads_with_the_bug_and_reads_only_the_outcomes_given():
+    """The lines the plugin, the gate and the HTML report show: NaN first, then the bug with its hint; nothing about what was left out."""
+    own = SIGNATURES["norms.unbiased_layer_norm"]
+    outcomes = [(n, "failed", "x=1, but should be 2") for n in own["failing"]] + [(n, "passed", "") for n in own["held"]]
+    lines = likely_bugs([("norms.rms_norm_known_values", "error", "y[0]=nan, but should be finite"), *outcomes])
+    assert lines[0] == "non-finite answers (NaN or inf) in 1 failure(s), first in norms.rms_norm_known_values: y[0]=nan, but should be finite"
+    assert lines[1] == f"likely bug: norms.layer_norm_known_values: {REGISTRY['norms.layer_norm_known_values'].hint}", lines
+    assert all(line.startswith("  ") for line in lines[2:]), lines
+    shown = [o for o in outcomes if not o[0].startswith("block.")]  # the block's invariants hidden: no line may name them
+    assert not [line for line in likely_bugs(shown) if "block." in line]
+    assert likely_bugs([(n, "passed", "") for n in own["held"]]) == [] and likely_bugs([(n, "skipped", "") for n in own["failing"]]) == []
 
 
 def test_non_finite_answers_are_named_once_in_order():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -147,6 +148,7 @@ def records(tmp_path_factory):
         assert path.exists(), done.stdout[-3000:]
         assert f"the run's record is in {path}" in done.stdout
         out[name] = json.loads(path.read_text())
+        out[f"{name} stdout"] = done.stdout
     out["dir"] = pytester_dir
     return out
 
@@ -212,6 +214,9 @@ def test_suite_report_from_records(records, tmp_path):
     assert 'id="fig-masks"' in text and 'data-figure="masks"' in text  # the card borrows the attention figure
     assert f'href="#{card.id}"' in text and f'id="{card.id}"' in text
     assert "python " in text and "repro_attention_causal_non_leakage.py" in text and "@reproduce_failure(" in text
+    said = [line.strip() for line in records["serial stdout"].splitlines() if line.startswith("  likely bug: ")]
+    assert said == ["likely bug: attention.causal_non_leakage: " + card.hint], "the plugin names the likely bug"
+    assert f"<li>{html.escape(said[0])}</li>" in text, "the HTML report names the same one (invariants.diagnosis.likely_bugs)"
 
 
 def test_batch_report_from_the_gate_examples():
