@@ -1,18 +1,27 @@
 """Reports written from one GradeResult: JSON, JUnit XML, Gradescope results.json, Markdown, a terminal table.
 
 The JSON report is the staff's full record. The others are what students may see: hidden
-invariants appear there by count only (Gradescope, which enforces visibility itself, gets
-them with their visibility), unless show_hidden is set.
+invariants appear there by count only, and wherever their names would be quoted (a verdict's
+reason) as hidden.N, numbered as in junit.xml (Gradescope, which enforces visibility itself,
+gets their tests with their visibility), unless show_hidden is set. The student's reports
+lead with the likely bug (invariants.diagnosis.likely_bugs), read from the shown invariants only.
+A submission that is not gradable (or met a gate error) gets no score in them.
+
+Submission text is escaped for the format it lands in (gate.text): printable() on a terminal,
+xml_text() in XML, md_cell()/md_code()/_fenced() in Markdown, and neutralise() over each file.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gate import result as R
-from gate.text import neutralise, neutralise_tree
+from gate.text import md_cell as _cell
+from gate.text import md_code, neutralise, neutralise_tree, printable, xml_text
+from invariants.diagnosis import likely_bugs
 from invariants.repro import repro_stem, save_repro
 
 FILES = {"json": "report.json", "junit": "junit.xml", "gradescope": "results.json", "markdown": "summary.md"}
@@ -36,9 +45,34 @@ def _points(x):
     return f"{x:g}"
 
 
-def headline(result):
-    return neutralise(f"{VERDICT_WORDS[result.verdict]} (exit {result.exit_code}): {result.reason}; "
-                      f"score {_points(result.score)}/{_points(result.max_score)}")
+def graded(result):
+    """Whether the result carries a score: not when the submission was not gradable or the gate failed."""
+    return result.verdict in (R.PASSED, R.FAILED)
+
+
+def _score_text(result):
+    return f"score {_points(result.score)}/{_points(result.max_score)}" if graded(result) else "no score: nothing is graded until this is fixed"
+
+
+def hide_names(result, show_hidden):
+    """text -> text with each hidden invariant's name written hidden.N, as junit.xml numbers them (unchanged with show_hidden)."""
+    hidden = [] if show_hidden else _shown(result, False)[1]
+    if not hidden:
+        return lambda text: text
+    number = {inv.name: f"hidden.{n}" for n, inv in enumerate(hidden, 1)}
+    names = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(number, key=len, reverse=True))) + r")(?![\w])")
+    return lambda text: names.sub(lambda m: number[m.group(1)], text)
+
+
+def headline(result, *, show_hidden=False):
+    """The verdict in one line: what it is, why, and the score (none for a result that is not graded)."""
+    return hide_names(result, show_hidden)(printable(" ".join(f"{VERDICT_WORDS[result.verdict]} (exit {result.exit_code}): "
+                                                           f"{result.reason}; {_score_text(result)}".split())))
+
+
+def diagnosis(result, *, show_hidden=False):
+    """The likely bug (invariants.diagnosis.likely_bugs) from the invariants shown: a hidden one is no evidence a student may see."""
+    return likely_bugs((i.name, i.status, i.reason) for i in _shown(result, show_hidden)[0])
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -73,7 +107,8 @@ def to_junit(result, *, show_hidden=False):
                           errors=str(sum(c[2] == "error" for c in cases)), skipped="0", time=f"{result.seconds:.2f}",
                           timestamp=result.started_at)
     props = ET.SubElement(suite, "properties")
-    for key, value in (("verdict", result.verdict), ("score", _points(result.score)), ("max_score", _points(result.max_score)),
+    score = [("score", _points(result.score))] if graded(result) else []
+    for key, value in (("verdict", result.verdict), *score, ("max_score", _points(result.max_score)),
                        ("submission_sha256", result.submission.get("sha256", "")), ("seed", json.dumps(result.seed))):
         ET.SubElement(props, "property", name=key, value=str(value))
     for classname, name, kind, message, text, seconds in cases:
@@ -86,6 +121,11 @@ def to_junit(result, *, show_hidden=False):
     suites.set("tests", suite.get("tests"))
     suites.set("failures", suite.get("failures"))
     suites.set("errors", suite.get("errors"))
+    public = hide_names(result, show_hidden)
+    for element in suites.iter():  # every text and attribute: shown as printable, and only characters XML 1.0 allows
+        element.text = element.text and xml_text(printable(public(element.text)))
+        for key, value in list(element.attrib.items()):
+            element.set(key, xml_text(printable(public(value))))
     ET.indent(suites)
     return neutralise('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n")
 
@@ -97,38 +137,34 @@ def _evidence_text(result):
 # -- Gradescope ----------------------------------------------------------------------------------
 
 
-def to_gradescope(result):
-    """Gradescope's results.json: score, max_score, execution_time, output, tests[] with their own visibility."""
+def to_gradescope(result, *, show_hidden=False):
+    """Gradescope's results.json: score (0 when not graded), max_score, execution_time, output (the likely bug first), tests[]."""
+    public = hide_names(result, show_hidden)
     tests = []
     if result.verdict in (R.NOT_GRADABLE, R.GATE_ERROR) and not any(i.status == "missing" for i in result.invariants):
         tests.append({"name": "The submission can be graded", "score": 0, "max_score": 0, "status": "failed",
-                      "output": result.reason, "visibility": "visible"})
+                      "output": public(result.reason), "visibility": "visible"})
     for inv in result.invariants:
         output = f"{inv.statement}\n\n{inv.details or inv.reason}" if not inv.passed else f"{inv.statement}\n\n{inv.reason}"
-        tests.append({"name": inv.name, "score": inv.score, "max_score": inv.max_score,
-                      "status": "passed" if inv.passed else "failed", "output": output, "visibility": inv.visibility})
+        tests.append({"name": inv.name, "score": inv.score, "max_score": inv.max_score, "status": "passed" if inv.passed else "failed",
+                      "output": printable(public(output) if inv.visibility == "visible" else output), "visibility": inv.visibility})
     evidence = [e for e in result.evidence if e["kind"] in REVIEW]
     if evidence:
         tests.append({"name": "Forbidden APIs, the course's code and copied code (for review)", "score": 0, "max_score": 0,
                       "status": "failed", "output": _evidence_text(result), "visibility": "visible"})
     return json.dumps(neutralise_tree({
-        "score": result.score, "max_score": result.max_score, "execution_time": round(result.seconds),
-        "output": headline(result), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
+        "score": result.score if graded(result) else 0, "max_score": result.max_score, "execution_time": round(result.seconds),
+        "output": "\n".join([*map(printable, diagnosis(result, show_hidden=show_hidden)), headline(result, show_hidden=show_hidden)]),
+        "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
     }), indent=2, ensure_ascii=False) + "\n"
 
 
 # -- Markdown ------------------------------------------------------------------------------------
 
 
-def _cell(text):
-    text = " ".join(str(text).split())
-    for raw, escaped in (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
-                         ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
-        text = text.replace(raw, escaped)
-    return text
-
-
 def _fenced(text, info="text"):
+    """A fenced code block showing the text as printable: its fence longer than any run of backticks inside."""
+    text = printable(text)
     longest = max((len(run) for run in text.split("\n") for run in _backtick_runs(run)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"
@@ -147,22 +183,24 @@ def _backtick_runs(line):
 
 def to_markdown(result, *, show_hidden=False):
     shown, hidden = _shown(result, show_hidden)
+    public = hide_names(result, show_hidden)
     sub = result.submission
     mark = {R.PASSED: "✅", R.FAILED: "❌", R.NOT_GRADABLE: "⛔", R.GATE_ERROR: "🛠️"}[result.verdict]
+    points = f"{_points(result.score)} / {_points(result.max_score)} points" if graded(result) else "no score"
     lines = [
-        f"## {mark} {_cell(result.assignment['name'])}: {VERDICT_WORDS[result.verdict]} — "
-        f"{_points(result.score)} / {_points(result.max_score)} points",
+        f"## {mark} {_cell(result.assignment['name'])}: {VERDICT_WORDS[result.verdict]} — {points}",
         "",
-        f"Submission `{_cell(Path(sub['source']).name)}` (sha256 {sub.get('sha256', '?')[:12]}), backend {_cell(sub.get('backend') or '?')}, "
+        *_markdown_diagnosis(diagnosis(result, show_hidden=show_hidden)),
+        f"Submission {md_code(Path(sub['source']).name)} (sha256 {sub.get('sha256', '?')[:12]}), backend {_cell(sub.get('backend') or '?')}, "
         f"{result.assignment['dtype']} on {result.assignment['device']}, hypothesis profile {result.assignment['profile']}, "
         f"seed {_seed_text(result.seed)}.",
         "",
-        f"> {_cell(result.reason)}",
+        f"> {_cell(public(result.reason))}" + ("" if graded(result) else " No score: nothing is graded until this is fixed."),
         "",
     ]
     if shown:
         lines += ["| | Invariant | Points | Result |", "|---|---|---|---|"]
-        lines += [f"| {MARK[i.status]} | `{i.name}` | {_points(i.score)} / {_points(i.max_score)} | {_cell(i.reason)} |" for i in shown]
+        lines += [f"| {MARK[i.status]} | `{i.name}` | {_points(i.score)} / {_points(i.max_score)} | {_cell(public(i.reason))} |" for i in shown]
         lines.append("")
     if hidden:
         ok = sum(i.passed for i in hidden)
@@ -172,11 +210,11 @@ def to_markdown(result, *, show_hidden=False):
     if failures:
         lines += ["### What went wrong", ""]
         for inv in failures:
-            name = Path(sub["source"]).name.replace("`", "")  # inside a code span, as written (no escapes)
-            replay = [f"Replay it without the suite: `python {repro_stem(inv.name)}.py {name}` "
+            command = md_code(f"python {repro_stem(inv.name)}.py {Path(sub['source']).name}")
+            replay = [f"Replay it without the suite: {command} "
                       "(beside this report; it needs numpy, and torch for a torch submission).", ""] if inv.repro else []
             lines += [f"<details><summary>{MARK[inv.status]} <code>{inv.name}</code>: {_cell(inv.statement)}</summary>", "",
-                      _fenced(inv.details), "", *replay, "</details>", ""]
+                      _fenced(public(inv.details)), "", *replay, "</details>", ""]
     if result.evidence:
         lines += ["### Evidence for review", "", "Imports of the course's own code, uses of APIs the assignment forbids and code "
                   "that matches the reference; a person decides what they mean.", "", "| Kind | Name | Where | Detail | Found by |",
@@ -205,6 +243,14 @@ def to_markdown(result, *, show_hidden=False):
     return neutralise("\n".join(lines))
 
 
+def _markdown_diagnosis(lines):
+    """The likely bug as a list (its evidence nested), ahead of everything else in summary.md."""
+    if not lines:
+        return []
+    items = [("  " if line.startswith(" ") else "") + f"- {_cell(line)}" for line in lines]
+    return ["### First, the likely bug", "", *items, ""]
+
+
 def _similarity_text(result):
     sim = result.similarity
     score = sim["reference"]["score"]
@@ -226,6 +272,7 @@ def _seed_text(seed):
 def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30):
     shown, hidden = _shown(result, show_hidden)
     lines = [f"invariants-gate: {result.assignment['name']} — {Path(result.submission['source']).name}"]
+    lines += [f"  {line}" for line in diagnosis(result, show_hidden=show_hidden)]
     width = max((len(i.name) for i in shown), default=10)
     for inv in shown:
         reason = inv.reason if len(inv.reason) <= 100 else inv.reason[:99] + "…"
@@ -234,7 +281,7 @@ def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30)
         lines.append(f"  hidden invariants: {sum(i.passed for i in hidden)} of {len(hidden)} passed")
     if details:
         for inv in (i for i in shown if not i.passed and i.details):
-            body = inv.details.splitlines()
+            body = printable(inv.details).splitlines()  # printable first: a line separator in it is text, not a line
             more = len(body) - max_detail_lines
             cut = body[:max_detail_lines] + ([f"... ({more} more lines in the reports)"] if more > 0 else [])
             lines += ["", f"--- {inv.name} ({WORD[inv.status]})", *cut]
@@ -248,20 +295,20 @@ def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30)
         missing = result.sandbox.get("missing", [])
         lines.append(f"  sandbox: {result.sandbox.get('detail', result.sandbox.get('tool'))}"
                      + (f"; NOT in effect: {', '.join(missing)}" if missing else ""))
-    lines += ["", f"verdict: {headline(result)} [{result.seconds:.1f} s]"]
-    return neutralise("\n".join(lines) + "\n")
+    lines += ["", f"verdict: {headline(result, show_hidden=show_hidden)} [{result.seconds:.1f} s]"]
+    return printable(hide_names(result, show_hidden)("\n".join(lines)) + "\n")
 
 
 def write_reports(result, out_dir, formats=tuple(FILES), *, show_hidden=False):
     """Write the chosen formats into out_dir; the list of paths written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    writers = {"json": to_json, "junit": lambda r: to_junit(r, show_hidden=show_hidden), "gradescope": to_gradescope,
-               "markdown": lambda r: to_markdown(r, show_hidden=show_hidden)}
+    writers = {"json": to_json, "junit": lambda r: to_junit(r, show_hidden=show_hidden),
+               "gradescope": lambda r: to_gradescope(r, show_hidden=show_hidden), "markdown": lambda r: to_markdown(r, show_hidden=show_hidden)}
     written = []
     for fmt in formats:
         path = out / FILES[fmt]
-        path.write_text(writers[fmt](result), encoding="utf-8")
+        path.write_text(writers[fmt](result), encoding="utf-8", errors="backslashreplace")  # a lone surrogate (a file name's bytes) as \udcxx
         written.append(path)
     if "json" in formats and result.fingerprints:
         (out / FINGERPRINTS).write_text(json.dumps(result.fingerprints, separators=(",", ":")) + "\n", encoding="utf-8")

@@ -1,0 +1,159 @@
+"""What a submission controls reaches every report as text: escaped for Python source, XML, Markdown, HTML and CI logs.
+
+And what students see: hidden invariants as hidden.N, the likely bug first, no score where nothing
+was graded. One graded run of a submission built to break each format
+(tests/fixtures/hostile/hostile_text.py) under a file name that closes a docstring and runs code.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gate.config import load_assignment
+from gate.grade import grade
+from gate.reports import headline, to_gradescope, to_junit, to_markdown, to_terminal, write_reports
+from gate.result import NOT_GRADABLE
+from htmlreport import batch_html
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ASSIGNMENT = FIXTURES / "assignments" / "hostile.toml"
+HOSTILE_NAME = 'x"""; __import__("pathlib").Path("PWNED").touch(); """\u2028##teamcity[x]\x0b::error::vt.py'
+HIDDEN = "norms.layer_norm_affine"  # the assignment's second invariant, hidden until the due date here
+LINE_COMMAND = re.compile(r"^[\s\u200b-\u200d\u2060\ufeff]*(::|section_start:|section_end:)")
+ANYWHERE_COMMAND = re.compile(r"##(vso|teamcity)?\[", re.I)
+LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # what some viewer takes for a new line, besides LF
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """(result, reports folder, submission): hostile_text.py under HOSTILE_NAME, graded with its second invariant hidden."""
+    root = tmp_path_factory.mktemp("hostile_text")
+    submission = root / "submitted" / HOSTILE_NAME
+    submission.parent.mkdir()
+    shutil.copy(FIXTURES / "hostile" / "hostile_text.py", submission)
+    assignment = load_assignment(ASSIGNMENT)
+    assignment = dataclasses.replace(assignment, selected=(assignment.selected[0],
+                                                           dataclasses.replace(assignment.selected[1], visibility="after_due_date")))
+    result = grade(submission, assignment)
+    assert [i.status for i in result.invariants] == ["error", "error"], [(i.name, i.status, i.reason) for i in result.invariants]
+    write_reports(result, root / "reports")
+    return result, root / "reports", submission
+
+
+def _commands(text):
+    """The lines (as any viewer splits them) a CI runner would act on."""
+    return [line for line in text.splitlines() if LINE_COMMAND.match(line) or ANYWHERE_COMMAND.search(line)]
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_no_repro_script_runs_code_from_the_file_name_or_the_output(graded):
+    _, reports, submission = graded
+    scripts = sorted(reports.glob("repro_*.py"))
+    assert scripts, "a visible failure with calls has a repro script"
+    for script in scripts:
+        given = subprocess.run([sys.executable, str(script), str(submission)], capture_output=True, text=True, timeout=120, cwd=reports)
+        default = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=submission.parent)
+        planted = [p for p in (reports, submission.parent) for p in p.glob("PWNED*")]
+        assert not planted, f"running {script.name} ran code the submission wrote: {planted}"
+        assert given.returncode == 0 and "raised ValueError" in given.stdout, given.stderr
+        assert default.returncode == 0, default.stderr  # its default target: the file name as written, loaded from beside it
+
+
+def test_every_report_parses_and_carries_no_ci_command(graded):
+    result, reports, _ = graded
+    texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(reports.iterdir()) if p.suffix in (".json", ".xml", ".md", ".py")}
+    texts["terminal"] = to_terminal(result)
+    texts["terminal, hidden shown"] = to_terminal(result, show_hidden=True)
+    texts["headline"] = headline(result)
+    assert "#\\#teamcity[" in texts["summary.md"] and "\\u2028" in texts["summary.md"], "the student's words are shown, escaped"
+    ET.fromstring(texts["junit.xml"])  # U+FFFF, U+FFFE and C0 controls would make it unparseable
+    for name, text in texts.items():
+        assert not _commands(text), (name, _commands(text)[:3])
+        if name.endswith(".json"):  # the values, as `jq -r` prints them
+            assert not [s for s in _strings(json.loads(text)) if _commands(s)], name
+        elif name != "report.json":
+            assert not LINE_BREAKS.search(text), (name, LINE_BREAKS.search(text))
+
+
+def _outside_fences(markdown):
+    """The Markdown's lines that are not inside a fenced code block (CommonMark: closed by a fence at least as long)."""
+    lines, fence = [], None
+    for line in markdown.split("\n"):
+        opening = re.match(r"(`{3,})", line)
+        if fence is None and opening:
+            fence = opening.group(1)
+        elif fence is not None and re.fullmatch(re.escape(fence) + "`*[ \t]*", line):
+            fence = None
+        elif fence is None:
+            lines.append(line)
+    assert fence is None, "a fence is left open"
+    return lines
+
+
+def test_summary_markdown_keeps_submission_text_in_its_fences_cells_and_code_spans(graded):
+    _, reports, _ = graded
+    outside = _outside_fences((reports / "summary.md").read_text(encoding="utf-8"))
+    prose = "\n".join(re.sub(r"(`+) .*? \1", "", line) for line in outside)  # code spans show their text as written
+    assert "<script" not in prose and "<img" not in prose and "forged" not in prose, prose
+    assert not re.search(r"(?<!\\)\]\(", prose), "a link or image the submission wrote"
+    assert prose.count("<details>") == prose.count("</details>")
+    for table in re.findall(r"(?m)^(\|.*\|\n)+", prose + "\n"):
+        rows = [line for line in table.splitlines() if line]
+        assert len({len(re.findall(r"(?<!\\)\|", row)) for row in rows}) == 1, rows
+
+
+def test_html_report_escapes_submission_text(graded):
+    _, reports, _ = graded
+    page = batch_html(reports)
+    assert "&lt;script&gt;alert(1)" in page and "<script>alert(1)" not in page and "<img src=x" not in page
+
+
+def test_hidden_invariants_are_hidden_n_in_what_students_see(graded):
+    result, reports, _ = graded
+    results = json.loads((reports / "results.json").read_text(encoding="utf-8"))
+    seen = {"terminal": to_terminal(result), "summary.md": (reports / "summary.md").read_text(encoding="utf-8"),
+            "junit.xml": (reports / "junit.xml").read_text(encoding="utf-8"), "results.json output": results["output"],
+            **{f"results.json {t['name']}": t["output"] for t in results["tests"] if t["visibility"] == "visible"},
+            **{p.name: p.read_text(encoding="utf-8") for p in reports.glob("repro_*")}}
+    assert HIDDEN in result.reason, "the staff's record names it"
+    leaks = [name for name, text in seen.items() if HIDDEN in text or HIDDEN.replace(".", "_") in text]
+    assert not leaks, f"{HIDDEN} is named before the due date in {leaks}"
+    assert "hidden.1" in headline(result) and "hidden.1" in results["output"]
+    assert HIDDEN in headline(result, show_hidden=True) and HIDDEN in to_terminal(result, show_hidden=True)
+
+
+def test_the_students_report_leads_with_the_likely_bug(graded):
+    result, reports, _ = graded
+    summary = (reports / "summary.md").read_text(encoding="utf-8")
+    assert summary.index("likely bug: norms.layer\\_norm\\_known\\_values") < summary.index("Submission ") < summary.index("| |")
+    terminal = to_terminal(result).splitlines()
+    assert terminal[1].startswith("  likely bug: norms.layer_norm_known_values"), terminal[:3]
+    assert json.loads((reports / "results.json").read_text(encoding="utf-8"))["output"].startswith("likely bug: norms.layer_norm_known_values")
+
+
+def test_a_result_that_is_not_gradable_reports_no_score(graded):
+    result = copy.deepcopy(graded[0])
+    result.verdict, result.reason, result.score = NOT_GRADABLE, "the submission does not provide attention, needed by 1 required invariant(s)", 1
+    assert "no score" in headline(result) and "1/2" not in headline(result), headline(result)
+    assert "no score" in to_terminal(result).splitlines()[-1]
+    assert to_markdown(result).splitlines()[0].endswith("not gradable — no score")
+    assert json.loads(to_gradescope(result))["score"] == 0
+    names = [p.get("name") for p in ET.fromstring(to_junit(result)).iter("property")]
+    assert "score" not in names and "max_score" in names, names
