@@ -143,6 +143,8 @@ def _limits(table, where):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 _fail(where, f"[limits] {f.name}", value, "must be a positive number")
             values[f.name] = type(f.default)(value)
+            if values[f.name] <= 0:  # 0.5 of a count is 0, and a tmpfs of size 0 has no limit at all
+                _fail(where, f"[limits] {f.name}", value, "must be at least 1")
     return Limits(**values)
 
 

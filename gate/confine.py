@@ -1,11 +1,11 @@
 """Confinement from the kernel: what the worker can see of the machine, built before the worker's interpreter starts.
 
     tool = choose("auto")                  # Tool("bubblewrap" | "unshare" | "none", ...): probed once per process
-    view = View.for_worker(scratch, layout.root, runtime, hidden=[assignment, secret_file, ...])
+    view = View.for_worker(submission=layout.root, runtime=runtime, scratch_bytes=256 << 20, hidden=[assignment, secret_file, ...])
     argv = view.command(tool, python_argv, ...)   # bwrap ... -- python ...  |  python gate/launch.py plan.json -- python ...
 
 The worker gets a root of its own: the system's /usr and the interpreter with its libraries,
-read-only; the submission, read-only, at /sandbox/submission; its scratch folder at
+read-only; the submission, read-only, at /sandbox/submission; its scratch folder (a sized tmpfs) at
 /sandbox/work; a private /tmp; a /proc of its own PID namespace (it cannot see the gate or any
 other process); a minimal /dev; no network; no IPC or hostname shared with the host. None of
 the project (its packages wherever they are installed, the editable-install finder, the
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SANDBOX = "/sandbox"
-WORK = f"{SANDBOX}/work"  # the worker's HOME and working directory (its scratch folder, writable)
+WORK = f"{SANDBOX}/work"  # the worker's HOME and working directory: a tmpfs of [limits] scratch_mib, gone with the worker
 SUBMISSION = f"{SANDBOX}/submission"  # the submission, read-only
 RUNTIME = f"{SANDBOX}/runtime"  # gate/worker.py, gate/wire.py and invariants/boundary.py, read-only: the worker's own code
 TOOLS = ("bubblewrap", "unshare", "none")
@@ -43,7 +43,8 @@ SYSTEM_TREES = ("/usr",)
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks into /usr on merged-/usr systems
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-KEPT_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_READ_SEARCH")  # what the worker needs to switch to its own uid
+SWITCH_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID")  # what root's worker needs to switch to its own uid
+BOUNDING_CAPABILITY = "CAP_SETPCAP"  # what it needs to empty its bounding set; the worker drops all three before any submission code
 SHIPPED_MODULES = {"adapters": "adapters/__init__.py", "adapters.toolkit": "adapters/toolkit.py"}  # the project's code a submission may import
 SHIPPED_FOLDER = "lib"  # where under RUNTIME their copies lie
 RUNTIME_FILES = (("gate/worker.py", "gate/worker.py"), ("gate/wire.py", "gate/wire.py"), ("invariants/boundary.py", "invariants/boundary.py"),
@@ -201,14 +202,15 @@ def project_paths():
 class View:
     """The worker's file system, as an ordered list of mounts (a plan both tools follow)."""
 
-    mounts: list = field(default_factory=list)  # dicts: {"kind": ro|rw|dev|symlink|tmpfs|mask|proc|devfs|dir, ...}
+    mounts: list = field(default_factory=list)  # dicts: {"kind": ro|dev|symlink|tmpfs|mask|proc|devfs, ...}
     masked: list = field(default_factory=list)  # host paths hidden inside a mounted tree
     trees: list = field(default_factory=list)  # host trees mounted read-only (for the report)
     network: bool = True  # an empty network namespace
+    scratch_bytes: int = 256 << 20  # the size of the tmpfs at WORK
 
     @classmethod
-    def for_worker(cls, *, work, submission, runtime, hidden=(), devices=(), network=True, trees=None, project=None, cuda=False):
-        view = cls(network=network)
+    def for_worker(cls, *, submission, runtime, scratch_bytes, hidden=(), devices=(), network=True, trees=None, project=None, cuda=False):
+        view = cls(network=network, scratch_bytes=scratch_bytes)
         add = view.mounts.append
         if cuda and os.path.isdir("/sys"):  # the CUDA driver reads the PCI tree (untested here: no GPU on the development machine)
             add({"kind": "ro", "src": "/sys", "dst": "/sys"})
@@ -236,7 +238,7 @@ class View:
         view.trees = mounted
         add({"kind": "ro", "src": str(runtime), "dst": RUNTIME})
         add({"kind": "ro", "src": str(submission), "dst": SUBMISSION})
-        add({"kind": "rw", "src": str(work), "dst": WORK})
+        add({"kind": "tmpfs", "dst": WORK, "size": scratch_bytes, "mode": 0o777})  # a quota: nothing the worker writes reaches the host
         secret = sorted({os.path.abspath(p) for p in [*(project if project is not None else project_paths()), *hidden] if p})
         for path in secret:
             if not any(_under(path, done) for done in view.masked):  # a folder's mask hides what is inside it
@@ -249,7 +251,7 @@ class View:
             return
         real = _real(path)
         for mount in list(self.mounts):
-            if mount["kind"] not in ("ro", "rw"):
+            if mount["kind"] != "ro":
                 continue
             src, dst = _real(mount["src"]), mount["dst"]
             for candidate in {real, os.path.abspath(path)}:
@@ -274,14 +276,12 @@ class View:
                 if parent not in made and not any(_under(parent, t) for t in mounted):
                     args += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
-            if kind in ("ro", "rw", "tmpfs", "proc", "devfs"):
+            if kind in ("ro", "tmpfs", "proc", "devfs"):
                 mounted.append(m["dst"])
             if kind == "symlink":
                 args += ["--symlink", m["target"], m["dst"]]
             elif kind == "ro":
                 args += ["--ro-bind", m["src"], m["dst"]]
-            elif kind == "rw":
-                args += ["--bind", m["src"], m["dst"]]
             elif kind == "dev":
                 args += ["--dev-bind-try", m["src"], m["dst"]]
             elif kind == "proc":
@@ -307,8 +307,7 @@ class View:
             plan_path = Path(scratch) / "plan.json"
             root = Path(scratch) / "root"
             root.mkdir(exist_ok=True)
-            keep = KEPT_CAPABILITIES if drop_user else ()
-            plan_path.write_text(json.dumps(self.plan(root=root, keep_capabilities=keep)))
+            plan_path.write_text(json.dumps(self.plan(root=root, keep_capabilities=kept_capabilities(drop_user))))
             launcher = Path(__file__).with_name("launch.py")
             return [sys.executable, "-I", "-B", str(launcher), str(plan_path), "-" if info_fd is None else str(info_fd), "--", *argv]
         return list(argv)
@@ -319,13 +318,18 @@ def _namespace_flags(*, network, drop_user):
              "--die-with-parent", "--new-session"]
     if network:
         flags.append("--unshare-net")
-    if os.getuid() == 0:  # bwrap keeps every capability for root: keep only what the worker's uid switch needs
+    if os.getuid() == 0:  # bwrap keeps every capability for root: keep only what the worker needs to drop the rest
         flags += ["--cap-drop", "ALL"]
-        for cap in KEPT_CAPABILITIES if drop_user else ():
+        for cap in kept_capabilities(drop_user):
             flags += ["--cap-add", cap]
     else:  # an unprivileged bwrap runs in a user namespace of its own; nested ones are refused
         flags += ["--unshare-user", "--disable-userns"]
     return flags
+
+
+def kept_capabilities(drop_user):
+    """The capabilities root's worker starts with: CAP_SETPCAP, and CAP_SETUID and CAP_SETGID for the uid switch."""
+    return (*SWITCH_CAPABILITIES, BOUNDING_CAPABILITY) if drop_user else (BOUNDING_CAPABILITY,)
 
 
 def copy_runtime(target):
@@ -337,6 +341,7 @@ def copy_runtime(target):
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / src, path)
     (target / "gate" / "__init__.py").write_text('"""The gate\'s worker code, copied into the sandbox on its own."""\n')
+    os.chmod(target / "gate" / "__init__.py", 0o644)
     for folder in {target} | {target / parent for _, dst in RUNTIME_FILES for parent in Path(dst).parents if parent != Path(".")}:
         os.chmod(folder, 0o755)
     for _, dst in RUNTIME_FILES:
@@ -356,7 +361,7 @@ def describe(tool, view):
     if not tool.confined:
         rows = {
             "filesystem": f"{tool.detail}: the worker sees the host's file system with the gate's rights (see docs/gate.md)",
-            "tmp": "SHARED: the host's /tmp (TMPDIR points into the scratch folder, but nothing forces its use)",
+            "tmp": "SHARED: the host's /tmp (TMPDIR points into the scratch folder, but nothing forces its use); no quota on the scratch folder",
             "pid": "SHARED: the worker sees every process on the host in /proc, the gate's command line included",
         }
         return rows, ["filesystem", "tmp", "pid"]
@@ -364,7 +369,8 @@ def describe(tool, view):
     rows = {
         "filesystem": (f"{tool.detail}: a root of its own holding only /usr and the interpreter's folders (read-only), the submission "
                        f"(read-only) and its scratch folder; the project, the assignment and the course secret are not mounted{masked}"),
-        "tmp": f"a private /tmp ({TMP_BYTES >> 20} MiB tmpfs), gone with the worker",
+        "tmp": (f"a private /tmp ({TMP_BYTES >> 20} MiB tmpfs) and scratch folder ({view.scratch_bytes >> 20} MiB tmpfs at {WORK}), "
+                "gone with the worker"),
         "pid": "its own PID namespace: /proc shows only the worker's processes, never the gate's",
     }
     return rows, []

@@ -89,11 +89,14 @@ class Session:
         return self.worker is not None and self.worker.proc is not None
 
     def stop(self):
+        """Stop the worker (RuntimeError when a process of its uid survives it), keeping what it recorded."""
         if self.worker is not None:
-            self.worker.stop()
-            self.evidence += [e for e in self.worker.evidence if e not in self.evidence]
-            for name, apis in self.worker.used.items():
-                self.used.setdefault(name, set()).update(apis)
+            try:
+                self.worker.stop()
+            finally:
+                self.evidence += [e for e in self.worker.evidence if e not in self.evidence]
+                for name, apis in self.worker.used.items():
+                    self.used.setdefault(name, set()).update(apis)
 
     def used_apis(self):
         """{protocol function: forbidden APIs the worker saw it use}, over every worker this session started."""
@@ -217,16 +220,19 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
     result.max_score = sum(s.points for s in assignment.selected)
     scratch = Path(tempfile.mkdtemp(prefix="gate-", dir=scratch_root))
     os.chmod(scratch, 0o755)
-    session = None
+    sessions = []  # the session _grade_into starts, there even when it raises afterwards
     try:
-        session = _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden)
+        _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden, sessions=sessions)
     except Exception as exc:  # noqa: BLE001 - the gate's own failure still gets a report
         result.verdict = R.GATE_ERROR
         result.reason = f"the gate failed: {type(exc).__name__}: {exc}"
         result.output["gate_traceback"] = traceback.format_exc()[-4000:]
     finally:
-        if session is not None:
-            session.stop()
+        for session in sessions:
+            try:
+                session.stop()
+            except RuntimeError as exc:  # a process of the worker's uid outlived SIGKILL: the gate's fault, whatever the verdict
+                result.verdict, result.reason = R.GATE_ERROR, f"the gate failed: {exc}"
             result.evidence = result.evidence + _evidence(session.evidence)
             result.worker_starts = session.starts
             _collect_output(result, scratch, session.starts, assignment.limits.output_kib << 10)
@@ -267,7 +273,7 @@ def _not_gradable(result, reason):
             inv.reason = "not run: the submission could not be graded"
 
 
-def _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden=()):
+def _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden=(), *, sessions):
     from gate.sandbox import BLOCKED_PACKAGES
 
     try:
@@ -292,6 +298,7 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
     source = Path(str(submission)).resolve()
     hidden = [assignment.path, assignment.secret_file, str(source), str(source.parent), *hidden]
     session = Session(layout, assignment, scratch, backend, start + assignment.limits.run_seconds, tool=tool, hidden=hidden)
+    sessions.append(session)  # grade() stops it, whatever happens next
     loaded = session.start()
     result.protections = loaded.protections
     result.sandbox = {"tool": tool.name, "detail": tool.detail, "missing": list(loaded.missing), "required": list(assignment.require),

@@ -6,10 +6,11 @@
 Used where bubblewrap is not installed and the gate runs as root. Standard library only, run
 by path before any submission code: the outer process creates new mount, PID, IPC, UTS and
 network namespaces and forks the namespace's init (pid 1), which mounts a tmpfs root holding
-only the plan's mounts, pivots into it, forks the worker and reaps until the worker exits; the
-outer process writes {"child-pid": init's pid} to INFO_FD (as bubblewrap's --info-fd does) and
-exits with the worker's status (128 + N for a signal N, as bubblewrap does). When pid 1 exits,
-the kernel kills every process left in the namespace.
+only the plan's mounts, pivots into it, forks the worker (its bounding set cut to the plan's
+capabilities), empties its own capability sets and reaps until the worker exits; the outer
+process empties its own too, writes {"child-pid": init's pid} to INFO_FD (as bubblewrap's
+--info-fd does) and exits with the worker's status (128 + N for a signal N, as bubblewrap does).
+When pid 1 exits, the kernel kills every process left in the namespace.
 """
 
 import ctypes
@@ -24,9 +25,10 @@ CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NE
     0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x20000000, 0x40000000)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 38, 47, 4
+_CAP_VERSION_3 = 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
-CAPABILITIES = {"CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_DAC_READ_SEARCH": 2}
+CAPABILITIES = {"CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8}
 SETUP_FAILED = 125
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -73,8 +75,8 @@ def build_root(plan):
         if kind == "symlink":
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.symlink(m["target"], target)
-        elif kind in ("ro", "rw"):
-            _bind(m["src"], target, readonly=kind == "ro")
+        elif kind == "ro":
+            _bind(m["src"], target, readonly=True)
         elif kind == "dev":
             if os.path.exists(m["src"]):
                 _bind(m["src"], target, readonly=False, devices=True)
@@ -111,14 +113,23 @@ def build_root(plan):
     os.chdir("/")
 
 
-def drop_capabilities(keep):
+def drop_capabilities(keep, *, no_new_privs=True):
     """Drop every capability from the bounding set but `keep`: after exec, even root gets only those."""
     last = int(open("/proc/sys/kernel/cap_last_cap").read())
     kept = {CAPABILITIES[name] for name in keep}
     for cap in range(last + 1):
         if cap not in kept:
             _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if no_new_privs:
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def drop_all_capabilities():
+    """Empty every capability set of this process, the bounding set included (pid 1 and the outer process need none once the worker runs)."""
+    drop_capabilities((), no_new_privs=False)
+    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+    _check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
+    _check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing the ambient capabilities")
 
 
 def _status(status):
@@ -142,6 +153,7 @@ def init(plan, argv, info_fd="-"):
         except BaseException:  # noqa: BLE001 - the reason goes to the captured stderr
             traceback.print_exc()
             os._exit(SETUP_FAILED)
+    drop_all_capabilities()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -170,6 +182,7 @@ def main(args):
         pid = start(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET,
                     lambda: (mount(None, "/", None, MS_REC | MS_PRIVATE), os._exit(0)))
         sys.exit(_status(os.waitpid(pid, 0)[1]))
+    os.umask(0o022)  # the mount points it makes must be searchable by the worker's uid, whatever the gate's umask
     plan_path, info_fd, separator, *argv = args
     if separator != "--" or not argv:
         sys.exit("usage: launch.py PLAN.json INFO_FD -- COMMAND ...")
@@ -177,6 +190,7 @@ def main(args):
         plan = json.load(f)
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | (CLONE_NEWNET if plan["network"] else 0)
     pid = start(flags, lambda: init(plan, argv, info_fd))
+    drop_all_capabilities()
     if info_fd != "-":
         with os.fdopen(int(info_fd), "w") as info:
             info.write(json.dumps({"child-pid": pid}))

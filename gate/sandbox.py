@@ -48,6 +48,7 @@ class Limits:
     memory_mib: int = 4096
     file_size_mib: int = 64
     processes: int = 64
+    scratch_mib: int = 256
     output_kib: int = 64
     shrink_examples: int = 100  # examples hypothesis may try after the first failure; a count, so reports stay deterministic
     answer_mib: int = 256
@@ -104,6 +105,47 @@ def _stand_in(error):
         return None
 
 
+def processes_of(uid):
+    """The pids of the live (not zombie) processes whose real, effective, saved or file-system uid is `uid`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(entry.path, "status").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if uid in [int(u) for u in fields.get("Uid", "").split()] and not fields.get("State", "").strip().startswith(("Z", "X")):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_uid(uid, seconds=5.0):
+    """SIGKILL every process of `uid` by kill(-1) from a child switched to that uid, until /proc shows none; RuntimeError if some stay."""
+    if uid == 0:
+        raise ValueError("kill_uid(0) would kill every process on the machine")
+    deadline = time.monotonic() + seconds
+    while True:
+        child = os.fork()
+        if child == 0:  # only kill(-1) once this process is `uid` and nothing else: as root it would kill the machine
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                if os.getresuid() == (uid, uid, uid):
+                    os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        left = processes_of(uid)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(left)} process(es) of the worker's uid {uid} survived SIGKILL for {seconds:g} s: pids {left[:10]}")
+        time.sleep(0.01)
+
+
 class Worker:
     """One confined worker process for one submission; start() it, call() it, stop() it."""
 
@@ -126,23 +168,28 @@ class Worker:
         self.init_pid = None  # the host pid of the sandbox's pid 1 (bubblewrap's or gate/launch.py's)
         self.evidence = []
         self.used = {}  # {protocol function: forbidden APIs used during its calls}, from the worker's record
-        self.dropped = False
         self.view = None
         self.start_seconds = 0.0  # from starting the process to the worker's hello (the sandbox's start-up included)
 
     # -- life cycle ------------------------------------------------------------------------
 
     def _prepare_dirs(self):
-        work = self.scratch / "work"
-        capture = self.scratch / "capture"
-        for folder in (work, work / "tmp", capture):
-            folder.mkdir(parents=True, exist_ok=True)
-        runtime = self.scratch / "runtime"
-        if not runtime.exists():
+        """The scratch folder's parts the worker uses, readable by its uid whatever the gate's umask; (the folder it starts in, runtime)."""
+        work, capture, runtime = self.scratch / "work", self.scratch / "capture", self.scratch / "runtime"
+        capture.mkdir(exist_ok=True)
+        if not runtime.exists():  # the first start, before any submission code ran: nothing in the tree can be swapped yet
             confine.copy_runtime(runtime)
+            for path in self._tree(self.layout.root):
+                if not path.is_symlink():
+                    os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        if self.tool.confined:  # the worker's work folder is a tmpfs inside the sandbox: the host's scratch holds none of its files
+            return self.scratch, runtime
+        for folder in (work, work / "tmp"):
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # the last worker put a file or a link there
+                folder.unlink()
+            folder.mkdir(exist_ok=True)
         if self.uid is not None:
-            mine = [work, work / "tmp"] + ([] if self.tool.confined else list(self._tree(self.layout.root)))
-            for path in mine:
+            for path in [work, work / "tmp", *self._tree(self.layout.root)]:
                 os.chown(path, self.uid, self.uid, follow_symlinks=False)
         return work, runtime
 
@@ -183,7 +230,8 @@ class Worker:
         sandbox_rows, missing = {}, []
         if self.tool.confined:
             self.view = confine.View.for_worker(
-                work=work, submission=self.layout.root, runtime=runtime, hidden=self.hidden, network=self.network_namespace,
+                submission=self.layout.root, runtime=runtime, scratch_bytes=self.limits.scratch_mib << 20, hidden=self.hidden,
+                network=self.network_namespace,
                 devices=confine.cuda_devices() if self.device.startswith("cuda") else (), cuda=self.device.startswith("cuda"))
         sandbox_rows, missing = confine.describe(self.tool, self.view)
         command = (self.view.command(self.tool, python, scratch=self.scratch, drop_user=self.uid is not None, info_fd=info_w)
@@ -218,7 +266,6 @@ class Worker:
             raise RuntimeError(f"the worker could not start: {reason}; its stderr: {self.tail(err_path)}") from None
         self.start_seconds = time.monotonic() - started
         self._read_info(info_r)
-        self.dropped = self.uid is not None and hello.get("uid") == self.uid  # said before any submission code ran
         protections = {**sandbox_rows, **dict(hello.get("protections", {}))}
         missing += [m for m in hello.get("missing", []) if isinstance(m, str) and m in protections]
         refused = [name for name in self.require if name in missing or name not in protections]
@@ -269,7 +316,7 @@ class Worker:
             os.close(fd)
 
     def stop(self):
-        """Kill the worker's whole process group, every process of its uid, and wait until its PID namespace is empty."""
+        """Kill the worker's process group, its PID namespace and every process of its uid; RuntimeError if one of them is left."""
         if self.proc is None:
             return
         try:
@@ -281,12 +328,6 @@ class Worker:
                 os.kill(self.init_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        if self.dropped:  # children that left the group (setsid) still run as the worker's uid: kill(-1) as that uid
-            try:
-                subprocess.run(["kill", "-s", "KILL", "--", "-1"], user=self.uid, group=self.uid, extra_groups=[],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=10)
-            except (OSError, subprocess.SubprocessError):
-                pass  # no kill(1) here: the process group was killed above
         self.proc.wait()
         self._wait_for_namespace()
         for fd in (self.request_w, self.answer_r):
@@ -295,6 +336,8 @@ class Worker:
             except OSError:
                 pass
         self.proc = None
+        if self.uid is not None:  # children that left the group (setsid) and, unconfined, the namespace still run as its uid
+            kill_uid(self.uid)
 
     def _wait_for_namespace(self, seconds=10.0):
         """The namespace's pid 1 exits only after the kernel has reaped every other process in it: wait for that."""

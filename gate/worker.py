@@ -57,9 +57,14 @@ boundary = _load_boundary()
 MAX_REQUEST_BYTES = 1 << 30
 MAX_EVIDENCE = 200
 CLONE_NEWNET = 0x40000000
-PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 8, 38
-CAP_DAC_READ_SEARCH = 2
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 22, 47, 4
 _CAP_VERSION_3 = 0x20080522
+CAPABILITY_SETS = ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd")  # the /proc/self/status lines, all 0 once confined
+# The file-handle system calls (name_to_handle_at, open_by_handle_at) per audit architecture: with a handle forged for a
+# mount's root, open_by_handle_at opens the host's root from inside any mount namespace (it needs CAP_DAC_READ_SEARCH).
+FILE_HANDLE_CALLS = {"x86_64": (0xC000003E, 303, 304), "aarch64": (0xC00000B7, 264, 265)}
+SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 2, 0x7FFF0000, 0x00050000 | 1
+X32_SYSCALL_BIT = 0x40000000
 
 
 class _CapHeader(ctypes.Structure):
@@ -68,6 +73,14 @@ class _CapHeader(ctypes.Structure):
 
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
 # -- confinement (runs as the parent's user, before any submission code) ----------------------
@@ -121,9 +134,11 @@ def _confine(setup):
         except (ValueError, OSError) as exc:
             done[key] = f"NOT SET ({exc})"
             missing.append(key)
+    _drop_bounding_set(libc)  # first: it takes CAP_SETPCAP, which the uid switch clears
     done["user"], processes, switched = _drop_privileges(setup, libc, limits["processes"])
     if not switched:
         missing.append("user")
+    done["capabilities"], held = _clear_capabilities(libc)
     try:
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
         enforced = os.getuid() != 0
@@ -137,11 +152,15 @@ def _confine(setup):
     done["new_privileges"] = "blocked (no_new_privs: setuid programs gain nothing)" if ok else f"ALLOWED: prctl failed ({_errno_text()})"
     if not ok:
         missing.append("new_privileges")
+    blocked = _block_file_handles(libc) if ok else "not installed: a seccomp filter needs no_new_privs"
+    done["capabilities"] += f"; the file-handle calls: {blocked}"
+    if held or not blocked.startswith("refused"):
+        missing.append("capabilities")
     return done, missing
 
 
 def _drop_privileges(setup, libc, processes):
-    """Switch to setup['uid'] when running as root; (what happened, the RLIMIT_NPROC value to set)."""
+    """Switch to setup['uid'] when running as root; (what happened, the RLIMIT_NPROC value to set, whether it switched)."""
     uid = setup.get("uid")
     if os.getuid() != 0:
         own = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == os.getuid())
@@ -150,27 +169,58 @@ def _drop_privileges(setup, libc, processes):
     if uid is None:
         return "ROOT: the assignment turned the user switch off", processes, False
     needed = [os.path.dirname(os.__file__), os.path.dirname(np.__file__), *setup["readable"]]
-    keep_read = not all(_readable_by_others(p) for p in needed)
+    unreadable = next((p for p in needed if not _readable_by_others(p)), None)  # confined, the view makes them all readable
     try:
-        if libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
-            raise OSError(f"prctl(PR_SET_KEEPCAPS) failed ({_errno_text()})")
         os.setgroups([])
         os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        mask = 1 << CAP_DAC_READ_SEARCH if keep_read else 0
-        data = (_CapData * 2)()
-        data[0].effective = data[0].permitted = mask
-        if libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), data) != 0:
-            raise OSError(f"capset failed ({_errno_text()})")
+        os.setresuid(uid, uid, uid)  # every uid non-zero: the kernel empties the permitted, effective and ambient sets
     except OSError as exc:
-        if os.getuid() == 0:
-            return f"ROOT: could not switch to an unprivileged uid ({exc})", processes, False
-        raise
-    if keep_read:
-        return ("an unprivileged uid and gid of its own, keeping only CAP_DAC_READ_SEARCH because the interpreter's files are not readable "
-                "by other users: the worker cannot write outside its scratch directory or signal other users' processes, "
-                "but it can read any file it can see"), processes, True
-    return "an unprivileged uid and gid of its own, no capabilities", processes, True
+        return f"ROOT: could not switch to an unprivileged uid ({exc})", processes, False
+    if unreadable is not None:
+        return (f"an unprivileged uid and gid of its own, with no supplementary groups; {unreadable} is not readable by other users, "
+                "so imports from there fail (chmod -R o+rX it)"), processes, True
+    return "an unprivileged uid and gid of its own, with no supplementary groups", processes, True
+
+
+def _drop_bounding_set(libc):
+    """Empty the bounding set (no exec can gain a capability again); without CAP_SETPCAP it stays, and the status line says so."""
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
+def capability_sets():
+    """{CapInh, CapPrm, CapEff, CapAmb, CapBnd: the hexadecimal mask} of this process, from /proc/self/status."""
+    lines = Path("/proc/self/status").read_text().splitlines()
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines) if name in CAPABILITY_SETS}
+
+
+def _clear_capabilities(libc):
+    """Empty the inheritable, permitted, effective and ambient sets; (the row, whether any capability is still held)."""
+    libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), (_CapData * 2)())
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    sets = capability_sets()
+    held = {name: mask for name, mask in sets.items() if int(mask, 16) and name != "CapBnd"}
+    if held:
+        return "HELD: " + ", ".join(f"{name}={mask}" for name, mask in held.items()), True
+    bounding = "" if not int(sets.get("CapBnd", "0"), 16) else f" (the bounding set keeps {sets['CapBnd']}: no CAP_SETPCAP to empty it)"
+    return f"none: the inheritable, permitted, effective and ambient sets are empty{bounding or ', the bounding set too'}", False
+
+
+def _block_file_handles(libc):
+    """A seccomp filter under which name_to_handle_at and open_by_handle_at fail with EPERM (and foreign-ABI calls); what took effect."""
+    machine = os.uname().machine
+    if machine not in FILE_HANDLE_CALLS:
+        return f"NOT REFUSED: no seccomp filter for {machine}"
+    arch, first, second = FILE_HANDLE_CALLS[machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
+    program = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, SECCOMP_RET_EPERM),  # seccomp_data.arch: another ABI (i386 via int 0x80)
+               (ld, 0, 0, 0), (jge, 3, 0, X32_SYSCALL_BIT), (jeq, 2, 0, first), (jeq, 1, 0, second),  # seccomp_data.nr
+               (ret, 0, 0, SECCOMP_RET_ALLOW), (ret, 0, 0, SECCOMP_RET_EPERM)]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*op) for op in program))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_SockFprog(len(program), filters)), 0, 0) != 0:
+        return f"NOT REFUSED: prctl(PR_SET_SECCOMP) failed ({_errno_text()})"
+    return "refused (a seccomp filter: name_to_handle_at and open_by_handle_at fail with EPERM)"
 
 
 def _owner(path):

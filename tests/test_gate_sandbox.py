@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from gate import confine
+import gate.grade as grade_module
+from gate import batch, confine, sandbox
 from gate.config import load_assignment
 from gate.grade import grade
 from gate.reports import write_reports
@@ -101,7 +102,11 @@ def test_unconfined_the_probe_finds_the_reference(assignment, tmp_path, listener
     """The control: without confinement the attack of issue 11 works, so the tests above are not passing by a blind probe."""
     folder, secret, token = _hunt(tmp_path, listener, seconds=2.0)
     try:
-        result = grade(folder, dataclasses.replace(assignment, tool="none", secret_file=str(secret)))
+        # As root without capabilities: the uid switch works unconfined only where the interpreter is readable by other users,
+        # and root writes (and the probe lists) nearly every folder it walks, so the output cap must hold the probe's whole line.
+        unconfined = dataclasses.replace(assignment, tool="none", secret_file=str(secret), drop_user=False,
+                                         limits=dataclasses.replace(assignment.limits, output_kib=4096))
+        result = grade(folder, unconfined)
     finally:
         (Path("/tmp") / f"gate-probe-{token}").unlink(missing_ok=True)
     report = _probe(result)
@@ -134,11 +139,10 @@ def test_masks_hide_project_paths_inside_a_mounted_tree(tool_name, tmp_path):
         (site / name / "__init__.py").write_text(f"# {name}\n")
     (site / "__editable___x_finder.py").write_text("MAPPING = {}\n")
     (site / "secret.txt").write_text("s3cret\n")
-    work, submission = tmp_path / "work", tmp_path / "submission"
-    work.mkdir()
+    submission = tmp_path / "submission"
     submission.mkdir()
     os.chmod(tmp_path, 0o755)
-    view = confine.View.for_worker(work=work, submission=submission, runtime=confine.copy_runtime(tmp_path / "runtime"),
+    view = confine.View.for_worker(submission=submission, runtime=confine.copy_runtime(tmp_path / "runtime"), scratch_bytes=1 << 20,
                                    hidden=[str(site / "secret.txt")], trees=[*confine._interpreter_trees(), str(site)],
                                    project=[str(site / "reference"), str(site / "__editable___x_finder.py"),
                                             str(site / "transformer_invariants-0.1.dist-info")])
@@ -209,3 +213,119 @@ def test_sandbox_start_up_cost(assignment):
         assert result.verdict == PASSED, (name, result.reason)
         assert 0 < result.sandbox["seconds"] < 5, (name, result.sandbox)
         assert time.monotonic() - began < 30
+
+
+def _handles(result):
+    line = next((line for line in result.output["stdout"].splitlines() if line.startswith("HANDLES ")), None)
+    assert line, f"the fixture printed nothing: {result.reason}\n{result.output['stderr'][-1500:]}"
+    return json.loads(line[len("HANDLES "):])
+
+
+@pytest.mark.parametrize("tool_name", CONFINED)
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=["umask022", "umask027", "umask077"])
+def test_the_worker_holds_no_capability_whatever_the_umask(tool_name, umask, assignment, tmp_path):
+    """Issue 24: under umask 077 the worker kept CAP_DAC_READ_SEARCH, and open_by_handle_at on a forged root handle opened the host's /."""
+    if os.getuid() != 0:
+        pytest.skip("the capabilities at stake are root's")
+    _tool(tool_name)
+    folder = tmp_path / "handles"
+    shutil.copytree(HOSTILE / "handles", folder)
+    marker = tmp_path / "marker.txt"
+    marker.write_text("host-" + uuid.uuid4().hex)
+    (folder / "hints.json").write_text(json.dumps({"marker": str(marker)}))
+    before = os.umask(umask)
+    try:
+        result = grade(folder, dataclasses.replace(assignment, tool=tool_name))
+    finally:
+        os.umask(before)
+    report = _handles(result)
+    empty = {name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd")}
+    assert report["self"] == empty, f"the worker's capability sets under umask {umask:03o}: {report['self']}"
+    assert {k: v for k, v in report["init"].items() if k != "CapBnd"} == {k: v for k, v in empty.items() if k != "CapBnd"}, report["init"]
+    if tool_name == "unshare":  # bubblewrap's pid 1 keeps the host's bounding set; gate/launch.py's keeps nothing
+        assert report["init"]["CapBnd"] == "0000000000000000", report["init"]
+    assert report["name_to_handle_at"] == "EPERM" and report["open_by_handle_at"] == "EPERM", report
+    assert report["marker"].startswith("unreadable"), report["marker"]
+    assert result.protections["user"].startswith("an unprivileged uid"), result.protections["user"]
+    assert result.protections["capabilities"].startswith("none: "), result.protections["capabilities"]
+    assert result.sandbox["missing"] == [] and result.verdict == PASSED, (result.sandbox, result.reason)
+
+
+@pytest.mark.parametrize("tool_name", CONFINED)
+def test_the_scratch_folder_has_a_quota(tool_name, assignment):
+    """Issue 24: 2 GiB were written into the scratch folder; a tmpfs of [limits] scratch_mib refuses more, as the submission's error."""
+    _tool(tool_name)
+    small = dataclasses.replace(assignment, tool=tool_name, limits=dataclasses.replace(assignment.limits, scratch_mib=8))
+    result = grade(HOSTILE / "fill_scratch.py", small)
+    reasons = " ".join(i.reason for i in result.invariants)
+    assert result.verdict == FAILED and "No space left on device" in reasons, (result.verdict, result.reason, reasons[:500])
+    assert "8 MiB tmpfs at /sandbox/work" in result.protections["tmp"], result.protections["tmp"]
+
+
+@pytest.mark.parametrize("tool_name", [*CONFINED, "none"])
+def test_a_scratch_tmp_replaced_by_a_file_is_no_gate_error(tool_name, assignment):
+    """Issue 24: the worker put a file where its scratch folder's tmp was, and the next worker's start raised in the parent."""
+    if tool_name != "none":
+        _tool(tool_name)
+    result = grade(HOSTILE / "replace_tmp.py", dataclasses.replace(assignment, tool=tool_name))
+    assert result.verdict == FAILED and result.worker_starts >= 2, (result.verdict, result.reason, result.output.get("gate_traceback"))
+    assert all("exited with status 0" in i.reason for i in result.invariants), [i.reason for i in result.invariants]
+
+
+def test_kill_uid_leaves_nothing_of_the_uid():
+    """A process of the worker's uid outside every namespace and process group (setsid) is killed by kill(-1) from that uid."""
+    if os.getuid() != 0:
+        pytest.skip("switching to another uid needs root")
+    uid = sandbox.UID_BASE + 999_000 + os.getpid() % 1000
+    stray = subprocess.Popen(["sleep", "61.5"], user=uid, group=uid, extra_groups=[], start_new_session=True)
+    try:
+        assert sandbox.processes_of(uid) == [stray.pid]
+        sandbox.kill_uid(uid)
+        assert sandbox.processes_of(uid) == [] and stray.wait(timeout=5) == -9
+    finally:
+        stray.kill()
+    with pytest.raises(ValueError, match="every process on the machine"):
+        sandbox.kill_uid(0)
+
+
+@pytest.mark.parametrize("tool_name", CONFINED)
+def test_a_batch_grading_that_raises_leaves_no_worker_behind(tool_name, tmp_path, monkeypatch):
+    """Issue 24: when grading raised after the worker started, its sandbox ran on through the next student's grading."""
+    if os.getuid() != 0:
+        pytest.skip("the worker's uid exists only when the gate runs as root")
+    _tool(tool_name)
+    marker = f"{62 + (uuid.uuid4().int % 10_000) / 10_000:.4f}"
+    first, second = tmp_path / "a_daemon", tmp_path / "b_good"
+    first.mkdir()
+    shutil.copy(HOSTILE / "daemon.py", first / "submission.py")
+    (first / "MARKER.txt").write_text(marker)
+    second.mkdir()
+    shutil.copy(HOSTILE / "good.py", second / "submission.py")
+    uid = sandbox.UID_BASE + os.getpid()
+    seen, start = [], grade_module.Session.start
+
+    def looking(session):  # what is left of the earlier worker when each one starts
+        seen.append((session.layout.source, sandbox.processes_of(uid), _sleepers(marker)))
+        return start(session)
+
+    def raising(result, *args):
+        if "a_daemon" in result.submission["source"]:
+            raise RuntimeError("injected: the gate failed after the worker started")
+        return forbidden(result, *args)
+
+    forbidden = grade_module._void_forbidden
+    monkeypatch.setattr(grade_module.Session, "start", looking)
+    monkeypatch.setattr(grade_module, "_void_forbidden", raising)
+    monkeypatch.setattr(batch, "_STATE", {})
+    monkeypatch.setenv(confine.ENV, tool_name)
+    try:
+        rows = batch.grade_folder([first, second], tmp_path / "out", {"assignment": str(FIXTURES / "assignments" / "hostile.toml"),
+                                                                    "formats": ("json",)})
+        assert [r["verdict"] for r in rows] == [GATE_ERROR, PASSED], rows
+        assert "injected" in rows[0]["reason"], rows[0]["reason"]
+        later = [(source, left, sleepers) for source, left, sleepers in seen if "b_good" in source]
+        assert later and all(left == [] and sleepers == [] for _, left, sleepers in later), later
+        assert sandbox.processes_of(uid) == [] and _sleepers(marker) == []
+    finally:
+        for pid in _sleepers(marker):
+            os.kill(int(pid), 9)
