@@ -22,7 +22,7 @@ import multiprocessing
 import os
 import re
 import statistics
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from gate import result as R
@@ -89,15 +89,26 @@ def _grade_one(job):
     return row_from_report(Path(out_dir), report=result.as_dict())
 
 
-def grade_folder(paths, out_dir, options, *, jobs=1, shard=None):
-    """Grade every path of the shard (all without one), in parallel with jobs > 1; the summary rows, in the paths' order."""
+def grade_folder(paths, out_dir, options, *, jobs=1, shard=None, progress=None):
+    """Grade every path of the shard (all without one), in parallel with jobs > 1; the summary rows, in the paths' order.
+
+    progress: called as progress(done, total) as each submission is graded.
+    """
     out = Path(out_dir)
     work = [(str(p), str(out / name), options) for i, (p, name) in enumerate(zip(paths, report_names(paths), strict=True))
             if in_shard(i, shard)]
+    tick = progress or (lambda done, total: None)
     if jobs <= 1 or len(work) <= 1:
-        return [_grade_one(job) for job in work]
+        rows = []
+        for job in work:
+            rows.append(_grade_one(job))
+            tick(len(rows), len(work))
+        return rows
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_grade_one, work))
+        futures = [pool.submit(_grade_one, job) for job in work]
+        for done, _ in enumerate(as_completed(futures), 1):
+            tick(done, len(work))
+        return [f.result() for f in futures]
 
 
 def write_manifest(out_dir, shard, rows, cohort):

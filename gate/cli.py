@@ -8,6 +8,8 @@
 
 Exit codes: 0 passed, 1 failed, 2 usage or assignment-file error, 3 not gradable, 4 gate error.
 A batch (and a merge) exits 0 when every submission got a verdict, 4 when the gate failed on any.
+On a terminal one line on standard error shows the progress (the invariant running, or the
+submissions graded, and the time left); not with -q, in CI (CI set) or when it is not a terminal.
 """
 
 from __future__ import annotations
@@ -81,15 +83,15 @@ def load(options, state):
     return state["assignment"]
 
 
-def grade_and_report(path, out_dir, options, *, state):
-    """Grade one submission and write its reports; (GradeResult, paths written)."""
+def grade_and_report(path, out_dir, options, *, state, progress=None):
+    """Grade one submission and write its reports; (GradeResult, paths written). progress: as gate.grade.grade takes it."""
     from gate.grade import grade
     from gate.reports import write_reports
 
     assignment = load(options, state)
     result = grade(path, assignment, seed=options.get("seed"), secret=_secret(options, assignment),
                    scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False),
-                   hidden=[*options.get("hidden", ()), str(Path(out_dir).resolve())])
+                   hidden=[*options.get("hidden", ()), str(Path(out_dir).resolve())], progress=progress)
     written = write_reports(result, out_dir, options["formats"], show_hidden=options.get("show_hidden", False))
     return result, written
 
@@ -165,15 +167,44 @@ def main(argv=None):
         return R.USAGE_ERROR_EXIT
 
 
+def _progress_shown(args):
+    """Whether to show progress: on a terminal only, and neither with -q nor in CI (its logs get nothing extra)."""
+    return not args.quiet and not os.environ.get("CI") and sys.stderr.isatty()
+
+
+def _status(text):
+    """Rewrite the progress line on standard error ('' clears it)."""
+    from gate.text import printable
+
+    sys.stderr.write("\r\x1b[K" + printable(text)[:150])
+    sys.stderr.flush()
+
+
+def _invariant_progress(show_hidden):
+    """progress(result, inv_result, seconds_left) for gate.grade.grade: the invariant running (hidden.N for a hidden one), the time left."""
+    from gate.reports import hide_names
+
+    def progress(result, inv, left):
+        number = result.invariants.index(inv) + 1
+        _status(f"[{number}/{len(result.invariants)}] {hide_names(result, show_hidden)(inv.name)}: "
+                f"{max(left, 0):.0f} s left of the run's {result.limits['run_seconds']:g} s")
+
+    return progress
+
+
 def _single(path, args, options, state):
     from gate.reports import headline, to_terminal
 
     if not Path(path).exists():
         print(f"invariants-gate: no file or folder {path!r}", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
-    result, written = grade_and_report(path, args.out, options, state=state)
+    shown = _progress_shown(args)
+    result, written = grade_and_report(path, args.out, options, state=state,
+                                       progress=_invariant_progress(args.show_hidden) if shown else None)
+    if shown:
+        _status("")
     if args.quiet:
-        print(headline(result))
+        print(headline(result, show_hidden=args.show_hidden))
     else:
         sys.stdout.write(to_terminal(result, show_hidden=args.show_hidden))
         print("reports: " + ", ".join(str(p) for p in written))
@@ -184,7 +215,7 @@ def _batch(args, options, shard=None):
     import time
 
     from gate.batch import batch_exit_code, grade_folder, submissions_in, timing, write_manifest, write_summary
-    from gate.text import neutralise
+    from gate.text import printable
 
     paths = []
     for given in args.submissions:
@@ -197,9 +228,18 @@ def _batch(args, options, shard=None):
         print("invariants-gate: no submissions found (.py files, .zip files or folders)", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
     began = time.monotonic()
-    rows = grade_folder(paths, args.out, options, jobs=args.jobs, shard=shard)
+
+    def progress(done, total):
+        _status(f"graded {done} of {total} submission(s), about {(time.monotonic() - began) / done * (total - done):.0f} s left")
+
+    shown = _progress_shown(args)
+    if shown:
+        _status(f"grading with {args.jobs} job(s)")
+    rows = grade_folder(paths, args.out, options, jobs=args.jobs, shard=shard, progress=progress if shown else None)
+    if shown:
+        _status("")
     for row in rows:
-        print(neutralise(f"{row['verdict']:<13} {row['score']:>6g}/{row['max_score']:<6g} {row['submission']}: {row['reason']}"))
+        print(printable(f"{row['verdict']:<13} {row['score']:>6g}/{row['max_score']:<6g} {row['submission']}: {row['reason']}"))
     wall = time.monotonic() - began
     print(f"graded {len(rows)} submission(s) in {wall:.0f} s with {args.jobs} job(s): {timing(rows)}")
     if shard is not None:

@@ -197,11 +197,13 @@ def _evidence(items):
     return out
 
 
-def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, keep_scratch=False, hidden=(), cohort=None):
+def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, keep_scratch=False, hidden=(), cohort=None,
+          progress=None):
     """Grade one submission (a path) against an Assignment; a GradeResult, whatever the submission does.
 
     hidden: more host paths the worker must not see (a batch's folder, the reports); cohort: the
-    batch's other submissions' fingerprints (gate.similarity), when the batch compares them.
+    batch's other submissions' fingerprints (gate.similarity), when the batch compares them;
+    progress: called as progress(result, inv_result, seconds_left) before each invariant runs.
     """
     start = time.monotonic()
     result = R.GradeResult(
@@ -222,7 +224,7 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
     os.chmod(scratch, 0o755)
     sessions = []  # the session _grade_into starts, there even when it raises afterwards
     try:
-        _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden, sessions=sessions)
+        _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden, progress, sessions=sessions)
     except Exception as exc:  # noqa: BLE001 - the gate's own failure still gets a report
         result.verdict = R.GATE_ERROR
         result.reason = f"the gate failed: {type(exc).__name__}: {exc}"
@@ -273,7 +275,7 @@ def _not_gradable(result, reason):
             inv.reason = "not run: the submission could not be graded"
 
 
-def _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden=(), *, sessions):
+def _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden=(), progress=None, *, sessions):
     from gate.sandbox import BLOCKED_PACKAGES
 
     try:
@@ -351,6 +353,8 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
             absent.update(name for name in inv.requires if name not in impl.functions and not stopped)
             continue
         began = time.monotonic()
+        if progress is not None:
+            progress(result, inv_result, session.run_deadline - began)
         session.invariant_deadline = began + session.limits.invariant_seconds
         transport.log.current = inv.name
         outcome = run_invariant(inv, impl, settings=settings, seed=seed, shrink_limit=session.limits.shrink_examples)

@@ -1,0 +1,58 @@
+"""Progress while the gate grades: on a terminal only, per invariant of one submission and per submission of a batch."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from gate import batch
+from gate.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ASSIGNMENT = FIXTURES / "assignments" / "hostile.toml"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("where", ["terminal", "ci", "pipe"])
+def test_progress_is_shown_on_a_terminal_only(where, tmp_path, monkeypatch):
+    stderr = _Terminal() if where != "pipe" else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.delenv("CI", raising=False)
+    if where == "ci":
+        monkeypatch.setenv("CI", "true")
+    assert main([str(FIXTURES / "hostile" / "good.py"), "-a", str(ASSIGNMENT), "-o", str(tmp_path)]) == 0
+    shown = stderr.getvalue()
+    if where == "terminal":
+        assert "[1/2] norms.layer_norm_known_values: " in shown and "[2/2] norms.layer_norm_affine: " in shown, shown
+        assert re.search(r"\d+ s left of the run's 60 s", shown) and shown.endswith("\r\x1b[K"), shown
+    else:
+        assert shown == "", shown
+
+
+def test_a_batch_reports_each_submission_graded(tmp_path, monkeypatch):
+    monkeypatch.setattr(batch, "_grade_one", lambda job: {"path": job[0]})
+    ticks = []
+    rows = batch.grade_folder([tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"], tmp_path, {}, progress=lambda *t: ticks.append(t))
+    assert [r["path"] for r in rows] == [str(tmp_path / n) for n in ("a.py", "b.py", "c.py")]
+    assert ticks == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_a_hidden_invariant_runs_as_hidden_n_on_the_terminal(tmp_path, monkeypatch):
+    hidden = ASSIGNMENT.read_text().replace('select = ["norms.layer_norm_known_values", "norms.layer_norm_affine"]',
+                                            'select = ["norms.layer_norm_known_values"]\n\n[[invariants]]\n'
+                                            'select = ["norms.layer_norm_affine"]\nvisibility = "after_due_date"')
+    assert "after_due_date" in hidden
+    (tmp_path / "hidden.toml").write_text(hidden)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    monkeypatch.delenv("CI", raising=False)
+    assert main([str(FIXTURES / "hostile" / "good.py"), "-a", str(tmp_path / "hidden.toml"), "-o", str(tmp_path / "out")]) == 0
+    shown = sys.stderr.getvalue()
+    assert "[2/2] hidden.1: " in shown and "layer_norm_affine" not in shown, shown
