@@ -220,7 +220,7 @@ def to_markdown(result, *, show_hidden=False):
         lines += ["### Evidence for review", "", "Imports of the course's own code, uses of APIs the assignment forbids and code "
                   "that matches the reference; a person decides what they mean.", "", "| Kind | Name | Where | Detail | Found by |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {_cell(e['kind'])} | `{_cell(e['name'])}` | {_cell(e['where'])} | {_cell(e['detail'])} | {_cell(e['source'])} |"
+        lines += [f"| {_cell(e['kind'])} | {md_code(e['name'], cell=True)} | {_cell(e['where'])} | {_cell(e['detail'])} | {_cell(e['source'])} |"
                   for e in result.evidence]
         lines.append("")
     if sub.get("declarations"):

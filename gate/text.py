@@ -66,9 +66,13 @@ def md_cell(text):
     return text
 
 
-def md_code(text):
-    """A Markdown code span holding the text as written, on one line: a fence of backticks longer than any run inside it."""
+def md_code(text, *, cell=False):
+    """A Markdown code span holding the text as written, on one line: a fence of backticks longer than any run inside it.
+
+    In a table cell (cell=True) its pipes are escaped: GFM splits cells before it reads code spans, and drops the backslash.
+    """
     text = " ".join(printable(str(text)).split())
+    text = text.replace("|", "\\|") if cell else text
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
 
