@@ -6,6 +6,7 @@ and render the same Outcome; none of them parses a message.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import traceback
@@ -183,7 +184,15 @@ def _replay_notes(exc):
     return tuple(n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can"))
 
 
-ENGINE_EXAMPLES = 100  # a longer search runs hypothesis's engine for this many examples, then draws the rest directly
+
+def _engine_examples(direct_draws):
+    """A long search's examples by hypothesis's engine before direct draws: 100, or None (the engine throughout) for TI_DIRECT_DRAWS=0."""
+    if direct_draws not in ("0", "1"):
+        raise ValueError(f"TI_DIRECT_DRAWS={direct_draws!r} must be 1 (draw directly past the engine's examples) or 0 (the engine throughout)")
+    return 100 if direct_draws == "1" else None
+
+
+ENGINE_EXAMPLES = _engine_examples(os.environ.get("TI_DIRECT_DRAWS", "1"))  # a longer search runs the engine for this many, then draws directly
 DIRECT_REPEATS_TO_STOP = 1_000  # direct draws end once this many in a row repeat earlier ones: the inputs have run out
 
 
