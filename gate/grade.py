@@ -24,7 +24,6 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 from hypothesis import settings as hypothesis_settings
 
 from gate import confine, degenerate, similarity
@@ -36,7 +35,7 @@ from gate.text import clean_output
 from invariants.boundary import to_numpy
 from invariants.conventions import CONVENTIONS, read_declarations
 from invariants.profiles import profile_settings
-from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError
+from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError, OutputError
 from invariants.repro import repro_source, repro_stem
 from invariants.runner import describe_value, run_invariant
 
@@ -138,17 +137,36 @@ class WorkerTransport:
 
     in_process = False
 
-    def __init__(self, session, functions, declarations):
+    def __init__(self, session, functions, declarations, *, seed=None, reference=None, dtype="float64"):
         self.session = session
         self.functions = frozenset(functions)
         self.declarations = declarations
-        self.log = degenerate.CallLog()  # a few of each function's calls and answers, for the vacuous-pass check
+        # a few of each function's calls, answers and probes, for the vacuous-pass check
+        self.log = degenerate.CallLog(seed, reference=reference, dtype=dtype, declarations=declarations)
 
     def call(self, name, args):
+        if (probe := self.log.probe_due(name)) is not None:
+            self._probe(name, *probe)
         answer = to_numpy(self.session.call(name, args), name)
-        if self.log.current is not None:
-            self.log.record(name, args, answer)
+        self.log.record(name, args, answer)
         return answer
+
+    def _ask(self, name, args):
+        """The submission's answer to a probe, or None where it raises or answers wrongly (a lost worker is lost as for any call)."""
+        try:
+            return to_numpy(self.session.call(name, args), name)
+        except (ImplementationError, OutputError):
+            return None
+
+    def _probe(self, name, kind, call):
+        """Ask about a recorded call among the invariant's own calls (gate.degenerate): at a nearby point, or again and moved."""
+        args, answer = call["args"], call["answer"]
+        if kind == "near":
+            near = degenerate.nearby(args, self.log.rng)
+            self.log.answered_near(name, call, near, self._ask(name, near))
+            return
+        moved = degenerate.perturbed(args, self.log.rng)
+        self.log.probed(name, args, answer, self._ask(name, args), moved, None if moved is None else self._ask(name, moved))
 
     def raw(self, name):
         raise ImplementationError(f"{name} runs in the gate's worker: its own callables never reach the parent")
@@ -210,7 +228,7 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
         assignment={"name": assignment.name, "path": assignment.path, "sha256": assignment.sha256, "backend": assignment.backend,
                     "dtype": assignment.dtype, "device": assignment.device, "profile": assignment.profile,
                     "max_examples": assignment.max_examples},
-        submission={"source": str(submission)},
+        submission={"source": os.fsencode(submission).decode("utf-8", "backslashreplace")},  # a name that is not UTF-8, escaped
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         limits=dataclasses.asdict(assignment.limits),
         excluded=[{"name": n, "reason": r} for n, r in assignment.excluded],
@@ -322,7 +340,10 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
         return session
     backend = session.backend = backend or declared
     try:
-        transport = WorkerTransport(session, loaded.functions, read_declarations(SimpleNamespace(**loaded.declarations)))
+        import reference.numpy as reference
+
+        transport = WorkerTransport(session, loaded.functions, read_declarations(SimpleNamespace(**loaded.declarations)),
+                                    seed=result.seed["value"], reference=reference, dtype=assignment.dtype)
         impl = Implementation(transport=transport, label=f"submission {Path(str(submission)).name}", backend=backend,
                               device=assignment.device, dtype=assignment.dtype)
     except (ImplementationLoadError, ValueError) as exc:
@@ -369,7 +390,7 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
             elif losses >= assignment.limits.max_worker_losses:
                 stopped = f"not run: the worker was lost {losses} times (the limit is {assignment.limits.max_worker_losses})"
     result.submission["missing_functions"] = sorted(absent)
-    _vacuous(result, by_name, transport, session, assignment)
+    _vacuous(result, by_name, transport, assignment)
     _void_forbidden(result, by_name, layout, session, assignment)
     _void_copied(result, assignment)
     _verdict(result, assignment)
@@ -379,51 +400,25 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
 # -- points that mean something -------------------------------------------------------------------
 
 
-class _Unchecked(Exception):
-    """The repeated call could not be made for a reason that is not the submission's (the run's clock, the gate)."""
+def _vacuous(result, by_name, transport, assignment):
+    """Passed invariants that call a function not shown to compute its component (gate.degenerate) become "vacuous", 0 points.
 
-
-def _vacuous(result, by_name, transport, session, assignment):
-    """Passed invariants whose functions are degenerate (gate.degenerate) become "vacuous", 0 points."""
-    import reference.numpy as reference
-
+    The judge reads the calls and probes recorded while the invariants ran and asks the
+    submission nothing more, so it is made whatever the run's clock says.
+    """
     passed = [r for r in result.invariants if r.status == "passed"]
     needed = sorted({f for r in passed for f in by_name[r.name].invariant.requires if f in degenerate.CHECKED})
-    if not needed:
-        return
-
-    def ask(name, args):
-        if not session.alive:
-            try:
-                again = session.start()
-            except RuntimeError as exc:
-                raise _Unchecked(str(exc)) from None
-            if again.problem is not None:
-                raise ImplementationError(again.problem["message"])
-        session.invariant_deadline = None
-        try:
-            return transport.call(name, args)
-        except WorkerLost as lost:
-            session.stop()
-            if lost.cause == "run_timeout":
-                raise _Unchecked(lost.message) from None
-            raise ImplementationError(lost.message) from None
-
-    found = {}
     held = {r.name for r in passed}
-    rng = np.random.default_rng(result.seed.get("value") or 0)  # the perturbations: as unpredictable as the examples
+    found = {}
     for name in needed:
-        try:
-            kind = degenerate.diagnose(name, transport.log.calls(name, held), reference, assignment.dtype, ask, rng)
-        except _Unchecked:
-            kind = None
-        if kind is not None:
-            found[name] = kind
+        verdict = degenerate.judge(name, transport.log, held, assignment.dtype)
+        if verdict is not None:
+            found[name] = {"kind": verdict[0], "why": verdict[1]}
     result.submission["degenerate"] = found
     for r in passed:
         hit = [f for f in by_name[r.name].invariant.requires if f in found]
         if hit:
-            _void(r, "vacuous", degenerate.explain(hit[0], found[hit[0]]))
+            _void(r, "vacuous", found[hit[0]]["why"])
 
 
 def _void_forbidden(result, by_name, layout, session, assignment):
@@ -506,7 +501,7 @@ def _verdict(result, assignment):
         result.reason = f"{len(bad)} of {len(result.invariants)} required invariants did not pass: {names}"
         notes = []
         if any(i.status == "vacuous" for i in bad):
-            found = ", ".join(f"{f} is {k.replace('_', ' ')}" for f, k in result.submission.get("degenerate", {}).items())
+            found = ", ".join(f"{f}: {v['kind'].replace('_', ' ')}" for f, v in result.submission.get("degenerate", {}).items())
             notes.append(f"{sum(i.status == 'vacuous' for i in bad)} held only vacuously ({found})")
         if any(i.status == "voided" for i in bad) and forbidden:
             notes.append(f"{sum(i.status == 'voided' for i in bad)} voided: the submission uses what the assignment forbids ({forbidden[0]['name']})")

@@ -24,7 +24,8 @@ STATUSES = {
     "missing": "the submission does not provide a function this invariant needs",
     "skipped": "the invariant did not run on this submission (the reason says why); never a pass",
     "not_run": "the run stopped before this invariant (a time limit, a submission that could not load)",
-    "vacuous": "it held, but only vacuously: a function it calls is degenerate (constant, the identity, not finite or random)",
+    "vacuous": "it held, but a function it calls was not shown to compute its component: it disagrees with the reference "
+               "(or is constant, the identity, not finite or random)",
     "voided": "it held, but the code it tests uses an API the assignment forbids (on_use = \"fail\"), or copies the reference",
 }
 VOLATILE = ("started_at", "seconds")  # keys whose values differ between two identical runs

@@ -1,7 +1,11 @@
 """Scores that mean something: degenerate code, forbidden APIs and copied code earn nothing, and every report says why.
 
-- A degenerate submission (zeros, a constant, the identity, NaN, random numbers) scores 0 on P01:
-  the invariants it satisfies only vacuously are "vacuous", with the reason (gate.degenerate).
+- A degenerate submission (zeros, a constant, the identity, NaN, random numbers, the input one ulp
+  away, constants that recognise probes, constants that spend the run's clock) scores 0 on P01: the
+  invariants it satisfies only vacuously are "vacuous", with the reason (gate.degenerate).
+- Law-abiding garbage (a hard max, attention to the token itself, a block without attention)
+  earns nothing for the laws it obeys; the honest functions beside it keep theirs.
+- The check is asked among the invariants' own calls, and keeps a bounded number of bytes.
 - With on_use = "fail", the invariants whose code uses a forbidden API are "voided" (results.json included).
 - A renamed, reformatted copy of reference/numpy.py is flagged and, under P01, failed; two honest
   independent solutions are not flagged, against the reference or each other (gate.similarity).
@@ -17,12 +21,14 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from gate import similarity
+import reference.numpy as reference
+from gate import degenerate, similarity
 from gate.cli import main
 from gate.config import load_assignment
-from gate.grade import grade
+from gate.grade import WorkerTransport, grade
 from gate.reports import to_terminal, write_reports
 from gate.result import FAILED, PASSED
 
@@ -46,26 +52,59 @@ def _reports(result, out):
     return {name: (out / name).read_text() for name in ("report.json", "junit.xml", "results.json", "summary.md")}
 
 
-@pytest.mark.parametrize("mode", ["zeros", "constant", "identity", "nan", "random"])
-def test_a_degenerate_submission_scores_zero_and_every_report_says_why(mode, p01, tmp_path):
+def _says_why(text):
+    return "held only" in text or "held for a function" in text
+
+
+def _degenerate(mode, tmp_path):
     folder = tmp_path / f"degenerate_{mode}"
     shutil.copytree(HOSTILE / "degenerate", folder)
     (folder / "mode.txt").write_text(mode)
-    result = grade(folder, p01)
+    return folder
+
+
+@pytest.mark.parametrize("mode", ["zeros", "constant", "identity", "nan", "random", "one_ulp", "probe_aware"])
+def test_a_degenerate_submission_scores_zero_and_every_report_says_why(mode, p01, tmp_path):
+    result = grade(_degenerate(mode, tmp_path), p01)
     assert result.verdict == FAILED and result.score == 0, [(i.name, i.status) for i in result.invariants if i.score]
     vacuous = [i for i in result.invariants if i.status == "vacuous"]
-    assert all(i.reason.startswith("held only") for i in vacuous)
+    assert all(_says_why(i.reason) and "docs/gate.md" in i.reason for i in vacuous), {i.reason for i in vacuous}
     if mode != "nan":  # NaN fails every invariant outright; the others pass some of them vacuously
         assert vacuous, "a degenerate submission passes relational invariants vacuously: they must be caught"
+        if mode == "one_ulp":
+            assert "identity" in {v["kind"] for v in result.submission["degenerate"].values()}, result.submission["degenerate"]
         texts = _reports(result, tmp_path / "out")
         gradescope = json.loads(texts["results.json"])
         assert gradescope["score"] == 0
         shown = next(t for t in gradescope["tests"] if t["name"] == vacuous[0].name)
-        assert shown["score"] == 0 and shown["status"] == "failed" and "held only" in shown["output"]
-        assert "held only" in texts["summary.md"] and "VACUOUS" not in texts["summary.md"]  # the table shows the mark and reason
-        assert any(c.find("failure") is not None and "held only" in c.find("failure").get("message")
+        assert shown["score"] == 0 and shown["status"] == "failed" and vacuous[0].reason in shown["output"]
+        assert vacuous[0].reason in texts["summary.md"] and "VACUOUS" not in texts["summary.md"]  # the table shows the mark and reason
+        assert any(c.find("failure") is not None and _says_why(c.find("failure").get("message"))
                    for c in ET.fromstring(texts["junit.xml"].split("\n", 1)[1]).iter("testcase"))
         assert json.loads(texts["report.json"])["submission"]["degenerate"]
+
+
+def test_constants_that_spend_the_run_clock_still_score_zero(p01, tmp_path):
+    short = dataclasses.replace(p01, limits=dataclasses.replace(p01.limits, call_seconds=2, run_seconds=12))
+    result = grade(_degenerate("clock", tmp_path), short)
+    assert any(i.status == "not_run" for i in result.invariants), "the run's clock should have run out"
+    assert result.score == 0, [(i.name, i.status) for i in result.invariants if i.score]
+    assert result.submission["degenerate"], "the check is made however little of the run's clock is left"
+
+
+def test_law_abiding_garbage_earns_nothing_for_the_laws_it_obeys(p01):
+    result = grade(HOSTILE / "lawful_garbage.py", p01)
+    garbage = {"softmax", "attention", "transformer_block", "gpt_logits"}
+    assert set(result.submission["degenerate"]) == garbage, result.submission["degenerate"]
+    for inv in result.invariants:
+        calls = set(next(s for s in p01.selected if s.name == inv.name).invariant.requires)
+        if calls & garbage:
+            assert inv.score == 0, (inv.name, inv.status)
+        elif calls & {"cross_entropy"}:
+            assert inv.status == "passed", (inv.name, inv.reason)  # the honest functions beside the garbage keep their points
+    vacuous = next(i for i in result.invariants if i.name == "softmax.softmax_rows_sum_to_one")
+    assert vacuous.status == "vacuous" and vacuous.reason.startswith("held for a function that does not compute softmax: softmax "
+                                                                     "disagreed with the reference on "), vacuous.reason
 
 
 @pytest.mark.parametrize("submission", [GOOD_STUDENT, SECOND_STUDENT], ids=["good_student", "second_student"])
@@ -75,6 +114,46 @@ def test_honest_solutions_keep_every_point(submission, p01):
     assert result.submission["degenerate"] == {}
     assert result.similarity["reference"]["score"] < 0.2
     assert not [e for e in result.evidence if e["kind"] == "copied_code"]
+
+
+class _Worker:
+    """A worker stand-in that answers softmax honestly and lists every call it is asked."""
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, name, args):
+        self.calls.append(name)
+        return reference.softmax(*args)
+
+
+def test_the_probes_are_asked_among_the_invariants_calls_and_judging_asks_nothing():
+    worker = _Worker()
+    transport = WorkerTransport(worker, ["softmax"], {}, seed=7, reference=reference)
+    rng = np.random.default_rng(0)
+    transport.log.current = "softmax.softmax_rows_sum_to_one"
+    for _ in range(200):
+        transport.call("softmax", (rng.normal(size=(3, 5)), -1))
+    transport.log.current = None
+    asked = len(worker.calls)
+    assert transport.log.computes("softmax"), "a nearby probe, asked among the invariant's calls, shows that softmax computes softmax"
+    assert 200 < asked <= 200 + 1 + 2 * degenerate.PROBES and len(transport.log.probes["softmax"]) == degenerate.PROBES
+    assert degenerate.judge("softmax", transport.log, {"softmax.softmax_rows_sum_to_one"}, "float64") is None
+    assert len(worker.calls) == asked, "judging must not call the submission: no phase of the run is the check"
+
+
+def test_the_call_log_keeps_a_bounded_number_of_bytes():
+    log = degenerate.CallLog()
+    x = np.zeros((4, 8))
+    for invariant in range(40):
+        log.current = f"inv{invariant}"
+        for _ in range(8):
+            log.record("softmax", (x, -1), np.zeros(512 * 1024, dtype=bool))  # half a MiB as bool, 4 MiB as float64
+            log.record("attention", (x,), np.zeros((1 << 20) + 1, dtype=bool))  # over ITEM_BYTES: not kept
+    kept = sum(a.nbytes for _, items in log.samples.values() for call in items for a in degenerate._arrays(call["answer"]))
+    assert kept <= 8 * degenerate.FUNCTION_BYTES, f"the log keeps {kept >> 20} MiB of answers as float64"
+    assert log.total_bytes <= degenerate.TOTAL_BYTES and log.bytes.get("softmax", 0) <= degenerate.FUNCTION_BYTES, log.bytes
+    assert not log.calls("attention")
 
 
 def test_forbidden_apis_with_on_use_fail_zero_the_invariants_they_touch(tmp_path):

@@ -13,6 +13,9 @@ from invariants import load_implementation, run_invariant
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ["good_student", "mask_after_softmax.py", "unbiased_variance.py"]
+# The functions the gate finds computing nothing they are named for (docs/gate.md, "Scores that mean something"):
+# both bugs reach every gpt_logits call where attention and the norms matter, so the model's laws earn nothing there.
+NOT_COMPUTING = {"good_student": set(), "mask_after_softmax.py": {"gpt_logits"}, "unbiased_variance.py": {"gpt_logits"}}
 
 
 def _in_process_target(name, monkeypatch):
@@ -38,10 +41,12 @@ def test_the_gate_and_an_in_process_run_give_the_same_outcomes(submission, monke
         inv = next(s.invariant for s in assignment.selected if s.name == result.name)
         outcome = run_invariant(inv, impl, settings=settings, shrink_limit=assignment.limits.shrink_examples)
         in_process_examples = outcome.examples if outcome.passed else outcome.examples_to_failure or 0
-        assert (result.status, result.examples) == (outcome.status, in_process_examples), result.name
+        status = "passed" if result.status == "vacuous" and set(inv.requires) & NOT_COMPUTING[submission] else result.status
+        assert (status, result.examples) == (outcome.status, in_process_examples), result.name
         if not outcome.passed:
             assert result.reason == outcome.reason, result.name
             same_label = result.details.replace(f"submission {Path(submission).name}", impl.label)
             assert same_label == outcome.report, result.name
         compared += 1
     assert compared >= 10
+    assert set(graded.submission["degenerate"]) == NOT_COMPUTING[submission], graded.submission["degenerate"]
