@@ -74,7 +74,8 @@ def md_code(text, *, cell=False):
     text = " ".join(printable(str(text)).split())
     text = text.replace("|", "\\|") if cell else text
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
+    pad = " " if not text or text[0] == "`" or text[-1] == "`" else ""  # CommonMark strips one space each side, kept off a backtick
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def clean_output(data, cap):
