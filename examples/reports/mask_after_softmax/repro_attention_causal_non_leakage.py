@@ -1,6 +1,6 @@
 """Counterexample to attention.causal_non_leakage, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 attention.causal_non_leakage: Replacing the tokens at positions >= j by other finite values leaves causal attention's outputs and weights at positions < j exactly equal.
 """
@@ -14,8 +14,9 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'mask_after_softmax.py'
 CALLS = [  # (function, arguments, what the suite got back)
-    ('attention', [np.array([[[-0.78125], [-0.078125]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.6339769774981697, 0.0], [0.5137294579602455, 0.4862705420397545]]]], dtype='float64')))),
+    ('attention', [np.array([[[-0.78125], [-0.078125]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.6339769774981698, 0.0], [0.5137294579602455, 0.4862705420397545]]]], dtype='float64')))),
     ('attention', [np.array([[[-0.78125], [0.0]]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[1.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.6480209940680554, 0.0], [0.5, 0.5]]]], dtype='float64')))),
 ]
 VIOLATION = 'attention weights of the queries at positions < 1=different values, but should be exactly equal (bitwise, == per element) [attention(x[1, 2, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True) with x[:, 1:] replaced]\n  mismatched 1 of 2 elements (50.0%); exact equality required\n  worst at index (0, 0, 0, 0): got 0.648020994, expected 0.633976977\n  max abs error 0.014, max rel error 0.0222'
@@ -24,7 +25,7 @@ HINT = "the future leaks into the past: the mask is missing, applied after the s
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -71,7 +72,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -82,6 +83,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()

@@ -1,6 +1,6 @@
 """Counterexample to attention.weights_are_distributions, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 attention.weights_are_distributions: Each query's attention weights are a probability distribution over the keys: every entry >= 0, each row summing to 1.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'mask_after_softmax.py'
 CALLS = [  # (function, arguments, what the suite got back)
     ('attention', [np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.5, 0.0], [0.5, 0.5]]]], dtype='float64')))),
 ]
@@ -23,7 +24,7 @@ HINT = 'the softmax runs over the wrong axis (the query axis: columns sum to 1, 
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -70,7 +71,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -81,6 +82,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()

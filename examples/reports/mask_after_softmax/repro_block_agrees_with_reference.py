@@ -1,6 +1,6 @@
 """Counterexample to block.agrees_with_reference, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 block.agrees_with_reference: transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'mask_after_softmax.py'
 CALLS = [  # (function, arguments, what the suite got back)
     ('transformer_block', [np.array([[[0.546875, 0.078125, -0.84375], [-1.484375, 0.203125, -1.734375], [-0.15625, -0.4375, 0.5625], [-1.40625, 1.203125, 0.59375], [-0.1875, -1.265625, -1.734375], [0.25, 1.625, 0.09375]]], dtype='float64'), {'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'W_k': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'W_v': np.array([[0.0546875, 0.578125, 0.1796875], [0.015625, 0.40625, 0.25], [0.9140625, 0.9140625, 0.3125]], dtype='float64'), 'W_o': np.array([[0.7578125, 0.0703125, 1.0546875], [0.9765625, -0.34375, 0.0546875], [-0.3515625, -0.2890625, -0.890625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}, 3, True], ('answer', np.array([[[0.3297885583535893, 0.10047545697353064, -1.0280321765283162], [-1.885169673043035, 0.24710043184721764, -2.0590501928926566], [-0.30800543566516025, -0.42080176807959896, 0.4398389017173397], [-1.5290046635740289, 1.21912354931417, 0.5088242739747264], [-0.459892870125808, -1.235352018146843, -1.9528206506550316], [-0.20161846623485352, 1.6764577171589412, -0.2611613316111248]]], dtype='float64'))),
 ]
@@ -23,7 +24,7 @@ HINT = "the block differs from GPT-2's: pre-norm, attention then feed-forward in
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -70,7 +71,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -81,6 +82,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()

@@ -1,6 +1,6 @@
 """Counterexample to block.causal_non_leakage, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 block.causal_non_leakage: In decoder mode (causal=True), changing x at positions >= j leaves the block's outputs at positions < j exactly equal.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'mask_after_softmax.py'
 CALLS = [  # (function, arguments, what the suite got back)
     ('transformer_block', [np.array([[[-1.359375, -0.859375, 0.578125], [0.734375, -0.59375, 0.421875]]], dtype='float64'), {'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.5234375, 0.1953125, 0.1640625], [-0.234375, 0.5234375, -0.7734375], [-0.7734375, 0.5078125, 0.2578125]], dtype='float64'), 'W_k': np.array([[0.015625, 0.890625, -0.484375], [0.1953125, -0.125, -0.078125], [-0.3046875, 0.0, -0.421875]], dtype='float64'), 'W_v': np.array([[0.6171875, -0.2109375, 0.109375], [-0.4765625, 0.2265625, -0.1171875], [0.359375, 0.0234375, -0.8125]], dtype='float64'), 'W_o': np.array([[-0.2890625, 0.7578125, 0.6875], [0.359375, 0.09375, -0.9765625], [0.3046875, -0.5625, 1.1640625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}, 3, True], ('answer', np.array([[[-1.5479992091210173, -0.4614732723590196, -0.2160113955247297], [0.2602275879057326, 0.38093127276558847, 0.06936854691560179]]], dtype='float64'))),
     ('transformer_block', [np.array([[[-1.359375, -0.859375, 0.578125], [0.0, 0.0, 0.0]]], dtype='float64'), {'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.5234375, 0.1953125, 0.1640625], [-0.234375, 0.5234375, -0.7734375], [-0.7734375, 0.5078125, 0.2578125]], dtype='float64'), 'W_k': np.array([[0.015625, 0.890625, -0.484375], [0.1953125, -0.125, -0.078125], [-0.3046875, 0.0, -0.421875]], dtype='float64'), 'W_v': np.array([[0.6171875, -0.2109375, 0.109375], [-0.4765625, 0.2265625, -0.1171875], [0.359375, 0.0234375, -0.8125]], dtype='float64'), 'W_o': np.array([[-0.2890625, 0.7578125, 0.6875], [0.359375, 0.09375, -0.9765625], [0.3046875, -0.5625, 1.1640625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}, 3, True], ('answer', np.array([[[-1.5214883598053317, -0.5010502030287399, -0.13708934737306722], [-0.16057976277779767, 0.3620435795298277, -0.7386325368170183]]], dtype='float64'))),
@@ -24,7 +25,7 @@ HINT = 'the block does not pass causal=True to its attention, builds the mask fo
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -71,7 +72,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -82,6 +83,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()

@@ -1,6 +1,6 @@
 """Counterexample to model.causal_non_leakage, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: mask_after_softmax.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 model.causal_non_leakage: Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'mask_after_softmax.py'
 CALLS = [  # (function, arguments, what the suite got back)
     ('gpt_logits', [np.array([[0, 0]], dtype='int64'), {'wte': np.array([[-1.40625, -0.734375], [0.453125, -0.171875]], dtype='float64'), 'wpe': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.28125, -0.015625], [-0.1953125, -0.21875]], dtype='float64'), 'W_k': np.array([[-0.1953125, 0.3984375], [0.203125, -0.640625]], dtype='float64'), 'W_v': np.array([[0.6796875, 0.1796875], [-0.28125, 0.2890625]], dtype='float64'), 'W_o': np.array([[-0.234375, 0.1328125], [-0.8515625, -0.15625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64')}], 'lnf_g': np.array([1.0, 1.0], dtype='float64'), 'lnf_b': np.array([0.0, 0.0], dtype='float64')}, 2], ('answer', np.array([[[0.6718277904301707, -0.6249560841210886], [0.6717889329877379, -0.6249199376630126]]], dtype='float64'))),
     ('gpt_logits', [np.array([[0, 1]], dtype='int64'), {'wte': np.array([[-1.40625, -0.734375], [0.453125, -0.171875]], dtype='float64'), 'wpe': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.28125, -0.015625], [-0.1953125, -0.21875]], dtype='float64'), 'W_k': np.array([[-0.1953125, 0.3984375], [0.203125, -0.640625]], dtype='float64'), 'W_v': np.array([[0.6796875, 0.1796875], [-0.28125, 0.2890625]], dtype='float64'), 'W_o': np.array([[-0.234375, 0.1328125], [-0.8515625, -0.15625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64')}], 'lnf_g': np.array([1.0, 1.0], dtype='float64'), 'lnf_b': np.array([0.0, 0.0], dtype='float64')}, 2], ('answer', np.array([[[0.6718281195820042, -0.624956390308841], [-0.6718410106558264, 0.6249683820054198]]], dtype='float64'))),
@@ -24,7 +25,7 @@ HINT = "the blocks run without the causal mask (causal=False passed, or the mask
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -71,7 +72,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'mask_after_softmax.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -82,6 +83,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()

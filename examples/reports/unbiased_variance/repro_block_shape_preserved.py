@@ -1,6 +1,6 @@
 """Counterexample to block.shape_preserved, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: unbiased_variance.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 block.shape_preserved: transformer_block maps a (B, T, d) input to a finite (B, T, d) output, causal or not.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'unbiased_variance.py'
 CALLS = [  # (function, arguments, what the suite got back)
     ('transformer_block', [np.array([[[0.0]]], dtype='float64'), {'ln1_g': np.array([1.0], dtype='float64'), 'ln1_b': np.array([0.0], dtype='float64'), 'W_q': np.array([[0.0]], dtype='float64'), 'W_k': np.array([[0.0]], dtype='float64'), 'W_v': np.array([[0.0]], dtype='float64'), 'W_o': np.array([[0.0]], dtype='float64'), 'ln2_g': np.array([1.0], dtype='float64'), 'ln2_b': np.array([0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0], [0.0], [0.0], [0.0]], dtype='float64'), 'b2': np.array([0.0], dtype='float64')}, 1, False], ('answer', np.array([[[nan]]], dtype='float64'))),
 ]
@@ -23,7 +24,7 @@ HINT = 'the block changes the shape (heads not merged back to d, a sequence axis
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -70,7 +71,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'unbiased_variance.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -81,6 +82,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()

@@ -1,6 +1,6 @@
 """Counterexample to model.causal_non_leakage, replayed without hypothesis or the suite.
 
-    python {this file} [path/to/your_module.py]     (default: unbiased_variance.py)
+    python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
 model.causal_non_leakage: Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
 BACKEND, DTYPE = 'numpy', 'float64'
+TARGET = 'unbiased_variance.py'
 CALLS = [  # (function, arguments, what the suite got back)
     ('gpt_logits', [np.array([[0, 0]], dtype='int64'), {'wte': np.array([[0.0], [0.0]], dtype='float64'), 'wpe': np.array([[0.0], [0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0], dtype='float64'), 'ln1_b': np.array([0.0], dtype='float64'), 'W_q': np.array([[0.0]], dtype='float64'), 'W_k': np.array([[0.0]], dtype='float64'), 'W_v': np.array([[0.0]], dtype='float64'), 'W_o': np.array([[0.0]], dtype='float64'), 'ln2_g': np.array([1.0], dtype='float64'), 'ln2_b': np.array([0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0], [0.0], [0.0], [0.0]], dtype='float64'), 'b2': np.array([0.0], dtype='float64')}], 'lnf_g': np.array([1.0], dtype='float64'), 'lnf_b': np.array([0.0], dtype='float64')}, 1], ('answer', np.array([[[nan, nan], [nan, nan]]], dtype='float64'))),
     ('gpt_logits', [np.array([[0, 1]], dtype='int64'), {'wte': np.array([[0.0], [0.0]], dtype='float64'), 'wpe': np.array([[0.0], [0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0], dtype='float64'), 'ln1_b': np.array([0.0], dtype='float64'), 'W_q': np.array([[0.0]], dtype='float64'), 'W_k': np.array([[0.0]], dtype='float64'), 'W_v': np.array([[0.0]], dtype='float64'), 'W_o': np.array([[0.0]], dtype='float64'), 'ln2_g': np.array([1.0], dtype='float64'), 'ln2_b': np.array([0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0], [0.0], [0.0], [0.0]], dtype='float64'), 'b2': np.array([0.0], dtype='float64')}], 'lnf_g': np.array([1.0], dtype='float64'), 'lnf_b': np.array([0.0], dtype='float64')}, 1], ('answer', np.array([[[nan, nan], [nan, nan]]], dtype='float64'))),
@@ -24,7 +25,7 @@ HINT = "the blocks run without the causal mask (causal=False passed, or the mask
 
 def load(target):
     """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = target.partition(":")
+    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
@@ -71,7 +72,7 @@ def show(label, value):
 
 
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else 'unbiased_variance.py')
+    module = load(argv[1] if len(argv) > 1 else TARGET)
     for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
         print(f"call {number}: {name}(...)")
         try:
@@ -82,6 +83,8 @@ def main(argv):
         show("now", got)
         if kind == "answer":
             show("the suite saw", seen)
+        elif kind == "dropped":
+            print(f"  the suite saw an answer too large to keep here: {seen}")
         else:
             print(f"  the suite saw an error: {seen}")
     print()
