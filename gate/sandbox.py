@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gate import confine, wire
+from gate import confine, frames, wire
 from gate.text import one_line, printable
 from invariants.protocol import ImplementationError, OutputError, TransportLost
 
@@ -258,16 +258,17 @@ class Worker:
         }
         try:
             wire.send(self.request_w, {"op": "setup", "setup": setup}, deadline=time.monotonic() + HELLO_SECONDS)
-            hello = self._receive(time.monotonic() + HELLO_SECONDS)[0]
-        except wire.WireError as exc:
-            reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"no answer within {HELLO_SECONDS} s"
+            hello = self._receive(time.monotonic() + HELLO_SECONDS, "hello")[0]
+        except wire.WireError as exc:  # before any submission code: the gate's own fault
+            reason = (self._ended() if isinstance(exc, wire.PipeClosed) else f"no answer within {HELLO_SECONDS} s"
+                      if isinstance(exc, wire.WireTimeout) else f"its hello broke the protocol ({exc})")
             self._read_info(info_r)
             self.stop()
             raise RuntimeError(f"the worker could not start: {reason}; its stderr: {self.tail(err_path)}") from None
         self.start_seconds = time.monotonic() - started
         self._read_info(info_r)
-        protections = {**sandbox_rows, **dict(hello.get("protections", {}))}
-        missing += [m for m in hello.get("missing", []) if isinstance(m, str) and m in protections]
+        protections = {**sandbox_rows, **hello["protections"]}
+        missing += [m for m in hello["missing"] if m in protections]
         refused = [name for name in self.require if name in missing or name not in protections]
         if refused:
             self.stop()
@@ -277,26 +278,23 @@ class Worker:
                 "install bubblewrap or run the gate as root (docs/gate.md)")}, [], {}, missing)
         wire.send(self.request_w, {"op": "load"}, deadline=time.monotonic() + HELLO_SECONDS)
         try:
-            loaded, _ = self._receive(time.monotonic() + self.limits.import_seconds)
+            loaded, _ = self._receive(time.monotonic() + self.limits.import_seconds, "loaded")
         except wire.WireTimeout:
             self.stop()
             return Loaded(protections, [], None, {"kind": "import_timeout", "message":
                           f"importing the submission did not finish within {self.limits.import_seconds:g} s"}, [], {}, missing)
-        except wire.WireError as exc:
-            reason = self._ended() if isinstance(exc, wire.PipeClosed) else f"a malformed message ({exc})"
+        except wire.WireError as exc:  # after the go-ahead, whatever reaches the pipe may be the submission's
+            kind, reason = (("exit_at_import", self._ended()) if isinstance(exc, wire.PipeClosed) else
+                            ("protocol", f"the worker's load report broke the gate's protocol: {printable(str(exc)[:300])}"))
             self.stop()
-            return Loaded(protections, [], None, {"kind": "exit_at_import", "message": f"while importing the submission, {reason}"},
-                          [], {}, missing)
+            return Loaded(protections, [], None, {"kind": kind, "message": f"while importing the submission, {reason}"}, [], {}, missing)
         evidence = self._evidence(loaded)
-        functions = [n for n in loaded.get("functions", []) if n in self.functions] if isinstance(loaded.get("functions"), list) else []
-        problem = loaded.get("problem")
-        if problem is not None and not (isinstance(problem, dict) and isinstance(problem.get("message"), str)):
-            problem = {"kind": "import_error", "message": "the worker sent a malformed load report"}
+        functions = [n for n in loaded["functions"] if n in self.functions]
+        problem = loaded["problem"]  # its kind is one of frames.LOAD_PROBLEMS: a "refused" is the parent's alone
         if problem is not None:
-            problem = {"kind": one_line(problem.get("kind", "import_error"), 40), "message": printable(problem["message"][:2000])}
-        backend = one_line(loaded["backend"], 60) if isinstance(loaded.get("backend"), str) else None
-        declarations = loaded.get("declarations") if isinstance(loaded.get("declarations"), dict) else {}
-        declarations = {k: v for k, v in declarations.items() if k in self.conventions}
+            problem = {"kind": problem["kind"], "message": printable(problem["message"][:2000])}
+        backend = one_line(loaded["backend"], 60) if loaded["backend"] is not None else None
+        declarations = {k: v for k, v in loaded["declarations"].items() if k in self.conventions}
         if problem is not None:
             self.stop()
         return Loaded(protections, functions, backend, problem, evidence, declarations, missing)
@@ -389,14 +387,14 @@ class Worker:
 
     # -- calls ---------------------------------------------------------------------------------
 
-    def _receive(self, deadline):
-        return wire.receive(self.answer_r, max_bytes=self.limits.answer_mib << 20, deadline=deadline)
+    def _receive(self, deadline, op):
+        """The worker's next frame, held to frames.FRAMES[op], and its buffers."""
+        header = wire.receive_header(self.answer_r, deadline=deadline)
+        frames.check(header, op)
+        return header, wire.receive_buffers(self.answer_r, header, max_bytes=self.limits.answer_mib << 20, deadline=deadline)
 
     def _evidence(self, header):
-        items = header.get("evidence", [])
-        if not isinstance(items, list):
-            return []
-        fresh = [{k: one_line(item.get(k, "")) for k in ("kind", "name", "where", "detail")} for item in items[:200] if isinstance(item, dict)]
+        fresh = [{k: one_line(item[k]) for k in ("kind", "name", "where", "detail")} for item in header["evidence"][:200]]
         self.evidence.extend(fresh)
         return fresh
 
@@ -413,26 +411,27 @@ class Worker:
         tree, buffers = wire.encode(list(args))
         try:
             wire.send(self.request_w, {"op": "call", "name": name, "args": tree}, buffers, deadline)
-            header, answer = self._receive(deadline)
+            header = wire.receive_header(self.answer_r, deadline=deadline)
+            frames.check(header, "answer")
+            wrong = frames.answer_problem(name, args, header) if header["ok"] else None  # from its declared dtypes and shapes
+            read = wire.discard_buffers if wrong else wire.receive_buffers  # a wrong answer's bytes are never kept
+            answer = read(self.answer_r, header, max_bytes=self.limits.answer_mib << 20, deadline=deadline)
         except wire.WireTimeout:
             self._lose(cause, late)
         except wire.PipeClosed:
             reason = self._ended()
             self._lose("died", reason)
         except wire.WireError as exc:
-            self._lose("protocol", f"the worker's answer broke the wire format: {exc}")
-        if header.get("op") != "answer" or not isinstance(header.get("ok"), bool):
-            self._lose("protocol", "the worker sent something that is not an answer")
+            self._lose("protocol", f"{name}'s answer broke the gate's protocol: {printable(str(exc)[:300])}")
         self._evidence(header)
-        used = header.get("used")
-        if isinstance(used, list):  # forbidden APIs that ran during this call (the worker's record; evidence, not proof)
-            self.used.setdefault(name, set()).update(one_line(u, 120) for u in used[:50] if isinstance(u, str))
+        if header["used"]:  # forbidden APIs that ran during this call (the worker's record; evidence, not proof)
+            self.used.setdefault(name, set()).update(one_line(u, 120) for u in header["used"][:50])
+        if wrong:
+            raise frames.WrongAnswer(wrong)
         if not header["ok"]:
-            error = header.get("error")
-            if not isinstance(error, dict) or not isinstance(error.get("message"), str):
-                self._lose("protocol", "the worker sent a malformed error")
+            error = header["error"]
             message = printable(error["message"][:2000])  # the submission's words: escaped
-            if error.get("kind") == "output":
+            if error["kind"] == "output":
                 raise OutputError(message)
             raise ImplementationError(message, original=_stand_in(error))
         try:

@@ -11,7 +11,9 @@ scalars and strings, and these tagged objects:
     {"__tuple__": [...]}   {"__list__": [...]}   {"__dict__": {"key": ...}}   {"__float__": "nan"}
 
 Only plain dtypes cross (DTYPES below); the worker turns bfloat16 into float32 (exact) and
-other integers into int64 before answering. Standard library and numpy only: the worker
+other integers into int64 before answering. A header is at most MAX_HEADER_BYTES, nested at most
+MAX_HEADER_DEPTH deep (counted on its bytes before json parses them), and can be read apart from
+its buffers (receive_header), so that the parent holds it to gate.frames' schema first. Standard library and numpy only: the worker
 imports this module before it loads a submission.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import struct
 import time
@@ -31,7 +34,10 @@ MAX_HEADER_BYTES = 4 << 20
 MAX_DEPTH = 12
 MAX_NODES = 100_000
 MAX_DIMS = 8
+MAX_HEADER_DEPTH = 2 * MAX_DEPTH + 8  # a value's levels (two brackets each: {"__list__": [...]}) under a frame's own few
 _LENGTH = struct.Struct(">I")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included: its brackets are text
+_OPEN, _CLOSE = np.frombuffer(b"[{", dtype=np.uint8), np.frombuffer(b"]}", dtype=np.uint8)
 
 
 class WireError(Exception):
@@ -162,19 +168,57 @@ def send(fd, header, buffers=(), deadline=None):
 
 def receive(fd, *, max_bytes, deadline=None):
     """Read one frame from fd: (header dict, list of bytearray buffers). Limits every size."""
+    header = receive_header(fd, deadline=deadline)
+    return header, receive_buffers(fd, header, max_bytes=max_bytes, deadline=deadline)
+
+
+def receive_header(fd, *, deadline=None):
+    """Read one frame's header from fd, leaving its buffers unread: a JSON object within MAX_HEADER_BYTES and MAX_HEADER_DEPTH."""
     (length,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size, deadline))
     if length > MAX_HEADER_BYTES:
         raise WireError(f"a header of {length} bytes (more than {MAX_HEADER_BYTES})")
+    raw = bytes(_read_exactly(fd, length, deadline))
+    depth = nesting(raw)
+    if depth > MAX_HEADER_DEPTH:
+        raise WireError(f"a header nested {depth} levels deep (more than {MAX_HEADER_DEPTH})")
     try:
-        header = json.loads(bytes(_read_exactly(fd, length, deadline)), parse_constant=_no_constants)
+        header = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise WireError(f"a header that is not JSON ({exc})") from None
+        raise WireError(f"a header that is not JSON ({_first_line(exc)})") from None
     sizes = header.get("buffers") if isinstance(header, dict) else None
     if not isinstance(sizes, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
         raise WireError("a header without a valid list of buffer sizes")
+    return header
+
+
+def receive_buffers(fd, header, *, max_bytes, deadline=None):
+    """Read the buffers that `header` (from receive_header) announces, at most max_bytes in all."""
+    sizes = header["buffers"]
     if sum(sizes) > max_bytes:
         raise WireError(f"a message of {sum(sizes)} bytes of arrays (the limit is {max_bytes})")
-    return header, [_read_exactly(fd, n, deadline) for n in sizes]
+    return [_read_exactly(fd, n, deadline) for n in sizes]
+
+
+def discard_buffers(fd, header, *, max_bytes, deadline=None):
+    """Read past the buffers that `header` announces without keeping them (1 MiB at a time), so the next frame can be read."""
+    total = sum(header["buffers"])
+    if total > max_bytes:
+        raise WireError(f"a message of {total} bytes of arrays (the limit is {max_bytes})")
+    while total:
+        total -= len(_read_exactly(fd, min(total, 1 << 20), deadline))
+
+
+def nesting(raw):
+    """How deep `[` and `{` nest in JSON text `raw` (bytes), outside strings; counted without recursion."""
+    bare = np.frombuffer(_STRING.sub(b'""', raw), dtype=np.uint8)
+    steps = np.isin(bare, _OPEN).astype(np.int32) - np.isin(bare, _CLOSE)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _first_line(exc, limit=120):
+    """The first line of an exception's text, cut to `limit` characters."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:limit]
 
 
 def _no_constants(name):
