@@ -7,12 +7,15 @@ the archive, and oversized archives are refused: the copy is made by the trusted
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import lzma
 import os
 import shutil
 import stat
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -20,6 +23,10 @@ MAX_FILES = 2000
 MAX_BYTES = 100 << 20
 ENTRY_CANDIDATES = ("submission.py", "adapter.py")
 IGNORED = {"__pycache__", ".git", ".DS_Store", "__MACOSX", ".ipynb_checkpoints"}
+METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)  # the compression methods zipfile reads
+# What zipfile raises for an entry it cannot unpack: a bad CRC or header, corrupt compressed data (bz2 raises OSError), a truncated stream.
+UNPACKING = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, NotImplementedError, EOFError, ValueError, zlib.error,
+             lzma.LZMAError, OSError)
 
 
 class SubmissionError(Exception):
@@ -52,6 +59,10 @@ def _check_tree(folder):
         dirnames[:] = [d for d in dirnames if d not in IGNORED]
         for name in dirnames + filenames:
             path = Path(dirpath) / name
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SubmissionError(f"the file name {os.fsencode(path.relative_to(folder))!r} is not UTF-8: rename it") from None
             if path.is_symlink():
                 raise SubmissionError(f"{path.relative_to(folder)} is a symbolic link: submit plain files")
         for name in filenames:
@@ -64,14 +75,18 @@ def _check_tree(folder):
 
 
 def _extract(archive, target):
+    """Unpack `archive` into `target`; a SubmissionError naming the entry for anything that is not a plain, readable zip of files."""
     try:
         zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise SubmissionError(f"{Path(archive).name} is not a readable zip file ({exc})") from None
+    except UnicodeDecodeError as exc:  # the entry's UTF-8 flag is set, and its name is not UTF-8
+        raise SubmissionError(f"{Path(archive).name} has an entry whose name {exc.object[:80]!r} is not UTF-8: rename it") from None
+    except UNPACKING as exc:
+        raise SubmissionError(f"{Path(archive).name} is not a readable zip file ({_first_line(exc)})") from None
     with zf:
         members = [m for m in zf.infolist() if not set(PurePosixPath(m.filename).parts) & IGNORED]
         if len(members) > MAX_FILES:
             raise SubmissionError(f"the archive has {len(members)} entries (the limit is {MAX_FILES})")
+        files = {PurePosixPath(m.filename) for m in members if not m.is_dir()}
         total = 0
         for member in members:
             parts = PurePosixPath(member.filename).parts
@@ -79,17 +94,42 @@ def _extract(archive, target):
                 raise SubmissionError(f"the archive entry {member.filename!r} would land outside the submission")
             if stat.S_ISLNK(member.external_attr >> 16):
                 raise SubmissionError(f"the archive entry {member.filename!r} is a symbolic link: submit plain files")
-            destination = target.joinpath(*parts)
-            if member.is_dir():
-                destination.mkdir(parents=True, exist_ok=True)
-                continue
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(member) as src, open(destination, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    total += len(chunk)
-                    if total > MAX_BYTES:
-                        raise SubmissionError(f"the archive unpacks to more than {MAX_BYTES >> 20} MiB")
-                    dst.write(chunk)
+            if member.flag_bits & 0x1:
+                raise SubmissionError(f"the archive entry {member.filename!r} is encrypted: zip it again without a password")
+            if member.compress_type not in METHODS:
+                raise SubmissionError(f"the archive entry {member.filename!r} is compressed with method {member.compress_type}, "
+                                      "which zipfile cannot unpack: zip it again, deflated")
+            clash = next((p for p in PurePosixPath(member.filename).parents if p in files), None)
+            if clash is not None:
+                raise SubmissionError(f"the archive entry {member.filename!r} lies in a folder {str(clash)!r}, "
+                                      "but the archive also has a file of that name")
+            try:
+                total = _unpack(zf, member, target.joinpath(*parts), total)
+            except PermissionError:
+                raise  # the scratch folder is the gate's
+            except UNPACKING as exc:
+                why = ("the scratch folder is full" if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) else _first_line(exc))
+                raise SubmissionError(f"the archive entry {member.filename!r} cannot be unpacked ({why}): zip it again") from None
+
+
+def _unpack(zf, member, destination, total):
+    """Copy one archive entry to destination, counting its bytes into the running `total` (at most MAX_BYTES); the new total."""
+    if member.is_dir():
+        destination.mkdir(parents=True, exist_ok=True)
+        return total
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with zf.open(member) as src, open(destination, "wb") as dst:
+        while chunk := src.read(1 << 20):
+            total += len(chunk)
+            if total > MAX_BYTES:
+                raise SubmissionError(f"the archive unpacks to more than {MAX_BYTES >> 20} MiB")
+            dst.write(chunk)
+    return total
+
+
+def _first_line(exc, limit=200):
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:limit]
 
 
 def _digest(folder, files):
@@ -112,6 +152,10 @@ def materialise(path, scratch, *, entry=None, blocked=()):
     source = Path(path)
     if not source.exists():
         raise SubmissionError(f"no file or folder {path!r}")
+    try:
+        source.name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SubmissionError(f"the submission's name {os.fsencode(source.name)!r} is not UTF-8: rename it") from None
     if source.is_symlink():
         source = source.resolve()
     root = Path(scratch) / "submission"
