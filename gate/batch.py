@@ -51,10 +51,11 @@ def submissions_in(folder):
 
 
 def report_names(paths):
-    """A unique, filesystem-safe folder name per submission."""
+    """A unique, filesystem-safe folder name per submission, never one of the batch's own files (no .csv, .md or .json name)."""
     names, used = [], set()
     for path in paths:
         base = re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem if path.is_file() else path.name) or "submission"
+        base = re.sub(r"\.(csv|md|json)$", r"_\1", base, flags=re.IGNORECASE)  # class-summary.md.zip -> class-summary_md
         name, n = base, 1
         while name in used:
             n += 1
