@@ -155,6 +155,7 @@ def to_gradescope(result, *, show_hidden=False):
     return json.dumps(neutralise_tree({
         "score": result.score if graded(result) else 0, "max_score": result.max_score, "execution_time": round(result.seconds),
         "output": "\n".join([*map(printable, diagnosis(result, show_hidden=show_hidden)), headline(result, show_hidden=show_hidden)]),
+        "output_format": "text", "test_output_format": "text", "test_name_format": "text",  # shown as written: no HTML or Markdown
         "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
     }), indent=2, ensure_ascii=False) + "\n"
 

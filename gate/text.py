@@ -8,9 +8,10 @@ invariants.repro's repr.)
 CI runners act on lines of a job's log: GitHub Actions on `::command::` at a line's start
 (after spaces) and on the older `##[command]` anywhere in a line, Azure Pipelines on `##vso[`
 and `##[` anywhere, TeamCity on `##teamcity[`, GitLab on `section_start:`/`section_end:`
-markers. neutralise() breaks each of them with a backslash, so that `cat summary.md` in a job
-runs nothing a student wrote. A line starts after any character some log viewer or runner
-takes for a line break (CR, VT, FF, NEL, U+2028, U+2029, ...), not only after LF.
+markers (after its own escape codes, so anywhere). neutralise() breaks each of them with a
+backslash, so that `cat summary.md` in a job runs nothing a student wrote; twice changes
+nothing more. A line starts after any character some log viewer or runner takes for a line
+break (CR, VT, FF, NEL, U+2028, U+2029, ...), not only after LF.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ import unicodedata
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
 _HIDDEN = ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")  # control, format (bidi overrides), surrogate, private use, line and paragraph separators
 _BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on: each starts a line for some viewer
-_LINE_COMMANDS = re.compile(rf"(?:\A|(?<=[{_BREAKS}]))([\s\u200b-\u200d\u2060\ufeff]*)(::|section_start:|section_end:)")  # GitHub's, GitLab's
+_LINE_COMMANDS = re.compile(rf"(?:\A|(?<=[{_BREAKS}]))([\s\u200b-\u200d\u2060\ufeff]*)(::)")  # GitHub's
 _ANYWHERE_COMMANDS = re.compile(r"##(vso|teamcity)?\[", re.I)  # Azure's ##vso[ and ##[, GitHub's legacy ##[, TeamCity's ##teamcity[
+_SECTIONS = re.compile(r"section_(start|end):", re.I)  # GitLab's
+_AUTOLINKS = re.compile(r"(?=://)|(?<=www)(?=\.)", re.I)  # where GFM's bare links start: an escape there breaks them
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # outside XML 1.0's Char production
 
 
 def neutralise(text):
-    """Workflow-command prefixes broken with a backslash: `\\::set-output`, `#\\#vso[`, `#\\#teamcity[`, `\\section_start:`."""
+    """Workflow-command prefixes broken with a backslash: `\\::set-output`, `#\\#vso[`, `#\\#teamcity[`, `section\\_start:`."""
     text = _ANYWHERE_COMMANDS.sub(lambda m: "#\\#" + m.group(0)[2:], text)
+    text = _SECTIONS.sub(lambda m: m.group(0)[:7] + "\\" + m.group(0)[7:], text)
     return _LINE_COMMANDS.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
 
@@ -58,12 +62,12 @@ def xml_text(text):
 
 
 def md_cell(text):
-    """Inline Markdown that renders as the text itself: one line, no link, image, HTML, emphasis, code span or table cell break."""
+    """Inline Markdown that renders as the text itself: one line, no link (bare URLs too), image, HTML, emphasis, code span or cell break."""
     text = " ".join(printable(str(text)).split())
     for raw, escaped in (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
                          ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]"), ("!", "\\!"), ("~", "\\~"), ("#", "\\#")):
         text = text.replace(raw, escaped)
-    return text
+    return _AUTOLINKS.sub("\\\\", text)  # https\:// and www\. render as written, as text
 
 
 def md_code(text, *, cell=False):

@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import pytest
 
-from gate.text import md_code, neutralise, printable, xml_text
+from gate.text import md_cell, md_code, neutralise, printable, xml_text
 
 BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]  # str.splitlines()'s
 COMMANDS = ["::set-output name=x::y", "  ::error::indented", "\u00a0\u200b::warning::after a no-break and a zero-width space",
@@ -32,6 +32,17 @@ def test_xml_text_leaves_only_what_xml_1_0_allows():
     assert shown.startswith("\\u0000") and "\\u0008\t\n\\u000b\\u000c\r\\u000e" in shown
     assert shown.endswith("\\ud800\\udfff\\ufffe\\uffff\ud7ff\ue000\U0001f600")
     ET.fromstring(f"<a b={quoteattr(shown)}>{escape(shown)}</a>")
+
+
+def test_markdown_cells_render_as_their_text_with_no_link_or_markup():
+    cell = md_cell("see https://evil.example, WWW.evil.example and [x](y) <b>| *z* ![i](j) # h section_start:1:x")
+    assert cell == ("see https\\://evil.example, WWW\\.evil.example and \\[x\\](y) &lt;b&gt;\\| \\*z\\* \\!\\[i\\](j) \\# h "
+                    "section\\\\\\_start:1:x")
+
+
+def test_neutralise_is_the_same_twice():
+    once = neutralise("\n".join(COMMANDS))
+    assert neutralise(once) == once
 
 
 def test_a_code_span_outgrows_every_backtick_run_and_stays_on_one_line():

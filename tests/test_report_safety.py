@@ -136,6 +136,7 @@ def test_hidden_invariants_are_hidden_n_in_what_students_see(graded):
     leaks = [name for name, text in seen.items() if HIDDEN in text or HIDDEN.replace(".", "_") in text]
     assert not leaks, f"{HIDDEN} is named before the due date in {leaks}"
     assert "hidden.1" in headline(result) and "hidden.1" in results["output"]
+    assert results["output_format"] == results["test_output_format"] == "text", "Gradescope renders no HTML or Markdown of theirs"
     assert HIDDEN in headline(result, show_hidden=True) and HIDDEN in to_terminal(result, show_hidden=True)
 
 
