@@ -133,7 +133,7 @@ def save_repro(folder, stem, source, arrays):
     if arrays is not None:
         np.savez(folder / f"{stem}.npz", **arrays)
     path = folder / f"{stem}.py"
-    path.write_text(source)
+    path.write_text(source, encoding="utf-8")
     return path
 
 

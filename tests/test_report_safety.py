@@ -149,6 +149,16 @@ def test_the_students_report_leads_with_the_likely_bug(graded):
     assert json.loads((reports / "results.json").read_text(encoding="utf-8"))["output"].startswith("likely bug: norms.layer_norm_known_values")
 
 
+def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_report(graded, tmp_path):
+    result = copy.deepcopy(graded[0])
+    result.submission["source"] = "/submissions/caf\udce9.py"  # os.fsdecode of b"caf\xe9.py"
+    written = write_reports(result, tmp_path)
+    texts = {p.name: p.read_bytes().decode("utf-8") for p in written}
+    assert all("caf\\udce9" in texts[name] for name in ("report.json", "junit.xml", "summary.md")), texts["summary.md"][:300]
+    assert json.loads(texts["report.json"])["submission"]["source"] == "/submissions/caf\udce9.py"
+    ET.fromstring(texts["junit.xml"])
+
+
 def test_a_result_that_is_not_gradable_reports_no_score(graded):
     result = copy.deepcopy(graded[0])
     result.verdict, result.reason, result.score = NOT_GRADABLE, "the submission does not provide attention, needed by 1 required invariant(s)", 1
