@@ -216,15 +216,21 @@ def answer_problem(name, args, header):
     want = expected(name, args)
     if want is None:
         return None
-    return _mismatch(want, header["value"], f"{name} output")
+    arrays = []  # the declared arrays that fit
+    problem = _mismatch(want, header["value"], f"{name} output", arrays)
+    needed = sum(math.prod(a["shape"]) * np.dtype(DTYPES[a["dtype"]]).itemsize for a in arrays)
+    if problem is None and sum(header["buffers"]) != needed:  # so that no more bytes are read than the answer can use
+        raise FrameError(f"the answer frame announces {sum(header['buffers'])} bytes of arrays, but its arrays need {needed}")
+    return problem
 
 
-def _mismatch(want, tree, what):
+def _mismatch(want, tree, what, arrays):
     if isinstance(want, tuple):
         items = tree.get("__tuple__") if isinstance(tree, dict) else None
         if not isinstance(items, list) or len(items) != len(want):
             return f"type of {what}={_kind(tree)}, but should be a tuple of {len(want)} arrays"
-        return next((p for i, (w, t) in enumerate(zip(want, items, strict=True)) if (p := _mismatch(w, t, f"{what}[{i}]"))), None)
+        return next((p for i, (w, t) in enumerate(zip(want, items, strict=True)) if (p := _mismatch(w, t, f"{what}[{i}]", arrays))),
+                    None)
     if want == TEXT:
         return None if isinstance(tree, str) else f"type of {what}={_kind(tree)}, but should be str"
     if isinstance(tree, (bool, int, float)) and want.shape is None:
@@ -240,6 +246,7 @@ def _mismatch(want, tree, what):
         return f"shape of {what}={tuple(shape)}, but should be a scalar"
     if want.shape is not None and tuple(shape) != tuple(int(n) for n in want.shape):
         return f"shape of {what}={tuple(shape)}, but should be {want.shape}"
+    arrays.append(tree)
     return None
 
 

@@ -92,7 +92,8 @@ def test_a_frame_that_breaks_the_schema_names_the_field(header, op, message):
 
 
 def _declared(value):
-    return {"value": wire.encode(value)[0]}
+    tree, buffers = wire.encode(value)
+    return {"value": tree, "buffers": [len(b) for b in buffers]}
 
 
 @pytest.mark.parametrize("name, args, answer, problem", [
@@ -110,6 +111,12 @@ def _declared(value):
 ])
 def test_an_answer_is_held_to_its_arguments_from_its_declarations(name, args, answer, problem):
     assert frames.answer_problem(name, args, _declared(answer)) == problem
+
+
+def test_an_answer_that_announces_more_bytes_than_its_arrays_need_is_a_frame_error():
+    header = {**_declared(np.ones((2, 4))), "buffers": [256 << 20]}
+    with pytest.raises(frames.FrameError, match="announces 268435456 bytes of arrays, but its arrays need 64"):
+        frames.answer_problem("layer_norm", (np.ones((2, 4)), np.ones(4), np.zeros(4), 1e-5), header)
 
 
 def test_the_reference_answers_every_invariant_as_the_schema_expects():
