@@ -35,7 +35,8 @@ def _literal(value, arrays):
             name = f"a{len(arrays)}"
             arrays[name] = value
             return f"ARRAYS[{name!r}]"
-        return f"np.array({_literal(value.tolist(), None)}, dtype={value.dtype.name!r})"
+        dtype = value.dtype.name if value.dtype.kind in NUMERIC else value.dtype.str  # np.dtype("str64") is not understood; "<U2" is
+        return f"np.array({_literal(value.tolist(), None)}, dtype={dtype!r})"
     if isinstance(value, np.generic) and value.dtype.kind in NUMERIC:
         return f"np.{value.dtype.name}({_literal(value.item(), None)})"
     if isinstance(value, dict):
