@@ -151,7 +151,7 @@ def test_shipped_assignments_load(name):
     names = {s.name for s in a.selected}
     assert {"attention.causal_non_leakage", "block.residual_identity", "model.causal_non_leakage", "course.tokenizer_round_trip"} <= names
     assert "torch.nn.functional.scaled_dot_product_attention" in a.forbidden and a.on_forbidden == "fail"
-    assert set(a.require) == {"filesystem", "tmp", "pid", "network"} and a.visible_only().require == ()
+    assert set(a.require) == {"filesystem", "tmp", "pid", "network", "capabilities"} and a.visible_only().require == ()
     assert a.flag_above < a.fail_above < 1
     if name == "lesson.toml":
         assert {"norms.layer_norm_known_values", "activation.gelu_known_values", "counts.gpt2_exact_counts",
