@@ -37,7 +37,6 @@ MAX_DIMS = 8
 MAX_HEADER_DEPTH = 2 * MAX_DEPTH + 8  # a value's levels (two brackets each: {"__list__": [...]}) under a frame's own few
 _LENGTH = struct.Struct(">I")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included: its brackets are text
-_OPEN, _CLOSE = np.frombuffer(b"[{", dtype=np.uint8), np.frombuffer(b"]}", dtype=np.uint8)
 
 
 class WireError(Exception):
@@ -178,8 +177,8 @@ def receive_header(fd, *, deadline=None):
     if length > MAX_HEADER_BYTES:
         raise WireError(f"a header of {length} bytes (more than {MAX_HEADER_BYTES})")
     raw = bytes(_read_exactly(fd, length, deadline))
-    depth = nesting(raw)
-    if depth > MAX_HEADER_DEPTH:
+    brackets = raw.count(b"[") + raw.count(b"{")  # a header nests no deeper than it has brackets: most skip the count
+    if brackets > MAX_HEADER_DEPTH and (depth := nesting(raw)) > MAX_HEADER_DEPTH:
         raise WireError(f"a header nested {depth} levels deep (more than {MAX_HEADER_DEPTH})")
     try:
         header = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
@@ -211,7 +210,7 @@ def discard_buffers(fd, header, *, max_bytes, deadline=None):
 def nesting(raw):
     """How deep `[` and `{` nest in JSON text `raw` (bytes), outside strings; counted without recursion."""
     bare = np.frombuffer(_STRING.sub(b'""', raw), dtype=np.uint8)
-    steps = np.isin(bare, _OPEN).astype(np.int32) - np.isin(bare, _CLOSE)
+    steps = ((bare == ord("[")) | (bare == ord("{"))).astype(np.int32) - ((bare == ord("]")) | (bare == ord("}")))
     return int(np.cumsum(steps).max(initial=0))
 
 
