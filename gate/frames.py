@@ -36,6 +36,11 @@ class WrongAnswer(OutputError, InvariantViolation):
     """An answer of another dtype or shape than its arguments call for: a wrong answer ("failed"), refused as one the protocol does not allow."""
 
 
+# The schema's words: a type (or a tuple of types) is itself; ListOf and MapOf hold at most MAX_ITEMS
+# entries of their spec; Maybe allows null; OneOf names the allowed strings; a Record names every
+# field it allows, and the optional ones it may leave out.
+
+
 @dataclass(frozen=True)
 class ListOf:
     item: object
@@ -79,7 +84,7 @@ def check(header, op):
     """`header` is a frame of kind `op` that fits FRAMES[op]; FrameError names what does not."""
     got = header.get("op")
     if got != op:
-        raise FrameError(f"a {str(got)[:40]!r} frame where a {op!r} frame was due")
+        raise FrameError(f"{_a(repr(str(got)[:40]))} frame where {_a(repr(op))} frame was due")
     spec = FRAMES[op]
     _fits(spec, {k: v for k, v in header.items() if k not in ("op", "buffers")}, f"the {op} frame")
     if op == "answer" and {"value", "error"} & set(header) != {"value" if header["ok"] else "error"}:
@@ -91,7 +96,7 @@ def _fits(spec, value, where):
         return
     if isinstance(spec, type) or isinstance(spec, tuple):
         if not isinstance(value, spec) or (isinstance(value, bool) and bool not in (spec if isinstance(spec, tuple) else (spec,))):
-            raise FrameError(f"{where} is a {type(value).__name__}, not {_name(spec)}")
+            raise FrameError(f"{where} is {_a(type(value).__name__)}, not {_name(spec)}")
         return
     if isinstance(spec, Maybe):
         if value is not None:
@@ -103,7 +108,7 @@ def _fits(spec, value, where):
         return
     container = list if isinstance(spec, ListOf) else dict
     if not isinstance(value, container):
-        raise FrameError(f"{where} is a {type(value).__name__}, not a {container.__name__}")
+        raise FrameError(f"{where} is {_a(type(value).__name__)}, not {_a(container.__name__)}")
     if isinstance(spec, (ListOf, MapOf)) and len(value) > MAX_ITEMS:
         raise FrameError(f"{where} has {len(value)} entries (more than {MAX_ITEMS})")
     if isinstance(spec, ListOf):
@@ -122,6 +127,11 @@ def _fits(spec, value, where):
                     continue
                 raise FrameError(f"{where} lacks its field {name!r}")
             _fits(field_spec, value[name], f"{where}'s {name}")
+
+
+def _a(word):
+    """'an int', 'a str', "an 'answer'": the word with its article."""
+    return f"{'an' if word.lstrip(chr(39))[:1] in 'aeiou' else 'a'} {word}"
 
 
 def _name(spec):
