@@ -12,7 +12,6 @@ import time
 import traceback
 import unittest
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,9 +20,9 @@ from hypothesis import Phase, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from hypothesis.errors import Flaky, HypothesisException, StopTest, UnsatisfiedAssumption
+from hypothesis.errors import Flaky, HypothesisException
 
-from invariants import direct as direct_draws
+from invariants import hypothesis_internals as internals
 from invariants.asserts import InvariantViolation
 from invariants.conventions import Declared
 from invariants.protocol import ImplementationError, OutputError, TransportLost
@@ -83,21 +82,6 @@ class Case:
         return value
 
 
-def _drawer(data):
-    """draw(strategy, label) on hypothesis's st.data() object, by its ConjectureData where there is one.
-
-    DataObject.draw wraps every draw in a check that the strategy left the global random alone (two
-    copies of random's state) and formats a note for the final replay; the choices drawn are the
-    same either way. Case records and reports the draws itself, and an invariant draws about 20
-    times per example, so the direct draw saves about a tenth of an example's CPU time (docs/power.md).
-    The attribute is hypothesis's own (6.x); where it is not found, data.draw is used.
-    """
-    conjecture_data = getattr(data, "conjecture_data", None)
-    if conjecture_data is None:
-        return data.draw
-    return lambda strategy, label: conjecture_data.draw(strategy)
-
-
 def describe_value(value):
     """Shapes and dtypes first; small arrays in full."""
     if isinstance(value, np.ndarray):
@@ -144,14 +128,15 @@ class _Search:
         self.after_failure = 0
         self.limit_reached = False
 
-    def body(self, data):
+    def body(self, draw):
+        """One example: the invariant run on what draw(strategy, label) gives."""
         self.examples += 1
         if self.first_failure is not None:
             self.after_failure += 1
             if self.shrink_limit is not None and self.after_failure > self.shrink_limit:
                 self.limit_reached = True
                 raise _ShrinkLimitReached()
-        self.case = Case(_drawer(data))
+        self.case = Case(draw)
         self.impl.calls = self.case.calls  # recorded per example: a failing one's calls become its repro
         try:
             self.inv(self.impl, self.case)
@@ -204,7 +189,7 @@ def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, eng
     (use with derandomize=False). `shrink_limit` caps the examples tried after the first failure;
     the smallest counterexample found by then is reported. A search of more than `engine_examples`
     examples (the thorough soak's 10,000) runs hypothesis's engine for that many (the simplest example
-    first, small ones, mutations of earlier ones) and draws the rest directly (invariants.direct: the
+    first, small ones, mutations of earlier ones) and draws the rest directly (invariants.hypothesis_internals: the
     same strategies and choices without the engine's bookkeeping: two to three times as many examples
     a second); a failure found there is handed to hypothesis, which replays and shrinks it.
     `engine_examples=None` runs the engine throughout.
@@ -217,7 +202,7 @@ def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, eng
         return search.outcome("skipped", str(reason), declared=isinstance(reason, Declared))
     chosen = settings if settings is not None else hypothesis_settings.default
     direct = 0
-    if engine_examples is not None and chosen.max_examples > engine_examples and direct_draws.available():
+    if engine_examples is not None and chosen.max_examples > engine_examples and internals.AVAILABLE:
         direct = chosen.max_examples - engine_examples
     outcome = _outcome_of(search, _hypothesis_test(search, hypothesis_settings(chosen, max_examples=chosen.max_examples - direct), seed))
     if direct and outcome.passed and search.examples >= engine_examples:  # fewer: hypothesis ran out of distinct inputs
@@ -229,23 +214,16 @@ def _hypothesis_test(search, settings, seed, database_key=None):
     """The hypothesis test running `search` under `settings`, its examples stored under `database_key` if given."""
 
     def body(data):
-        search.body(data)
+        search.body(internals.draw_of(data))
 
-    body._hypothesis_internal_add_digest = search.inv.name.encode()  # one example-database key per invariant
+    internals.set_database_key(body, search.inv.name.encode(), digest=True)  # one example-database key per invariant
     test = given(st.data())(body)
     if database_key is not None:
-        test._hypothesis_internal_database_key = database_key
+        internals.set_database_key(test, database_key)
     test = hypothesis_settings(settings, report_multiple_bugs=False)(test)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     return test
-
-
-class _DirectDraw:
-    """What search.body needs of st.data()'s object: the ConjectureData it draws from."""
-
-    def __init__(self, conjecture_data):
-        self.conjecture_data = conjecture_data
 
 
 def _draw_directly(search, count, settings, seed):
@@ -258,21 +236,21 @@ def _draw_directly(search, count, settings, seed):
         rng = random.Random()
     valid = drawn = repeats = 0
     seen = set()  # hashes of the choices of every example drawn so far
-    with _draws_independent_of_loaded_modules():
+    with internals.no_local_constants():
         # Stop where nearly every draw is rejected, as hypothesis's engine does, or where the inputs have run out.
         while valid < count and drawn < 10 * count and repeats < DIRECT_REPEATS_TO_STOP:
-            data = direct_draws.DirectData(rng)
+            data = internals.DirectData(rng)
             drawn += 1
             try:
-                with direct_draws.build_context(data):
-                    search.body(_DirectDraw(data))
+                with internals.build_context(data):
+                    search.body(lambda strategy, label, data=data: data.draw(strategy))
                 if not data.recorded:  # it draws nothing: every example is this one
                     break
                 valid += 1
                 choices = hash(tuple(data.recorded))
                 repeats = repeats + 1 if choices in seen else 0
                 seen.add(choices)
-            except (StopTest, UnsatisfiedAssumption):  # a rejected draw
+            except (internals.StopTest, internals.UnsatisfiedAssumption):  # a rejected draw
                 continue
             except (InvariantSkipped, TransportLost) as exc:  # nothing to replay: a skip, or an implementation out of reach
                 return _ended_by(search, exc)
@@ -289,7 +267,7 @@ def _shrunk_by_hypothesis(search, settings, choices, exc):
     failing_case = search.case
     key = b"transformer-invariants direct draw " + search.inv.name.encode()
     phases = (Phase.reuse, Phase.shrink) if Phase.shrink in settings.phases else (Phase.reuse,)  # the caller's choice to shrink or not
-    replay = hypothesis_settings(settings, database=direct_draws.database_of(key, choices), phases=phases)
+    replay = hypothesis_settings(settings, database=internals.database_of(key, choices), phases=phases)
     outcome = _outcome_of(search, _hypothesis_test(search, replay, None, database_key=key))
     if not outcome.passed:
         return outcome
@@ -298,36 +276,10 @@ def _shrunk_by_hypothesis(search, settings, choices, exc):
                           case=failing_case, notes=("(found by a direct draw; hypothesis's replay of it passed, so it is not shrunk)",))
 
 
-@contextmanager
-def _draws_independent_of_loaded_modules():
-    """Hypothesis draws now and then from the literals of every local module imported so far; pin that pool empty for the run.
-
-    Without this a derandomized (ci) run would draw differently in a process that imported other modules
-    first (a host's own code, the implementation under test, the rest of this suite under xdist), and the
-    same invariant on the same code could pass in one run and fail in the next. The pool is private to
-    hypothesis.internal.conjecture.providers (hypothesis 6.131+); where it is not found nothing is pinned.
-    """
-    try:
-        from hypothesis.internal.conjecture import providers
-
-        loaded_modules_constants, cache = providers._get_local_constants, providers.CONSTANTS_CACHE.cache
-        empty = providers.Constants()
-    except (ImportError, AttributeError):  # another hypothesis: draws are what it makes them
-        yield
-        return
-    cache.clear()  # it holds the pool's values per choice kind
-    providers._get_local_constants = lambda: empty
-    try:
-        yield
-    finally:
-        providers._get_local_constants = loaded_modules_constants
-        cache.clear()
-
-
 def _outcome_of(search, run):
     """Run the hypothesis test `run` for `search` and word how it ended."""
     try:
-        with _draws_independent_of_loaded_modules():
+        with internals.no_local_constants():
             run()
     except BaseException as exc:
         if search.limit_reached:  # hypothesis may report the stopped shrink as a flaky draw: the flag says what happened

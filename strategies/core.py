@@ -31,6 +31,7 @@ from statistics import NormalDist
 import numpy as np
 from hypothesis import strategies as st
 
+from invariants import hypothesis_internals
 from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -120,12 +121,7 @@ def mapped(strategy, fn):
     revalidates the strategy it stands for on first draw (about 150 µs); mapping that strategy itself, once
     validated, costs about 30 µs, and hypothesis draws and labels the two alike.
     """
-    try:
-        from hypothesis.strategies._internal.lazy import unwrap_strategies
-    except ImportError:  # another hypothesis: the plain map
-        return strategy.map(fn)
-    strategy.validate()
-    return unwrap_strategies(strategy).map(fn)
+    return hypothesis_internals.unwrapped(strategy).map(fn)
 
 
 def _check_shape(shape):

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from hypothesis.errors import UnsatisfiedAssumption
 
 import reference.numpy as ref
-from invariants import Implementation, all_invariants, direct, load_implementation, run_invariant, runner
+from invariants import Implementation, all_invariants, load_implementation, run_invariant, runner
+from invariants import hypothesis_internals as internals
 from invariants.asserts import InvariantViolation
 from invariants.profiles import profile_settings
 from invariants.registry import Invariant
 from invariants.runner import Case, InvariantSkipped
 
-pytestmark = pytest.mark.skipif(not direct.available(), reason="this hypothesis lacks the internals direct draws use")
+pytestmark = pytest.mark.skipif(not internals.AVAILABLE, reason=f"this hypothesis lacks the internals direct draws use: {internals.MISSING}")
 REFERENCE = load_implementation("reference.numpy")
 THOROUGH = profile_settings("thorough")
 
@@ -43,7 +43,7 @@ def _run(inv, data):
     case = Case(lambda strategy, label: data.draw(strategy))
     REFERENCE.calls = case.calls
     try:
-        with direct.build_context(data):
+        with internals.build_context(data):
             inv(REFERENCE, case)
     finally:
         REFERENCE.calls = None
@@ -56,30 +56,30 @@ def _run(inv, data):
 def test_hypothesis_replays_every_direct_draw_to_the_same_values(inv):
     rng = random.Random(inv.name)
     for _ in range(15):
-        data = direct.DirectData(rng)
+        data = internals.DirectData(rng)
         drawn = _run(inv, data)
-        replayed = direct.ConjectureData.for_choices(data.recorded)  # hypothesis's own, replaying the recorded choices
+        replayed = internals.ConjectureData.for_choices(data.recorded)  # hypothesis's own, replaying the recorded choices
         assert _run(inv, replayed) == drawn
         assert replayed.choices == tuple(data.recorded)
 
 
 def test_a_bytes_choice_has_hypothesis_s_length_law():
     """Lengths drawn directly (one uniform, inverted) follow the law of hypothesis's own ConjectureData (its average 64 for 32 to 256)."""
-    ours = np.array([len(direct.DirectData(random.Random(i)).draw_bytes(32, 256)) for i in range(10_000)])
-    theirs = np.array([len(direct.ConjectureData(random=random.Random(10**6 + i)).draw_bytes(32, 256)) for i in range(10_000)])
+    ours = np.array([len(internals.DirectData(random.Random(i)).draw_bytes(32, 256)) for i in range(10_000)])
+    theirs = np.array([len(internals.ConjectureData(random=random.Random(10**6 + i)).draw_bytes(32, 256)) for i in range(10_000)])
     assert ours.min() == theirs.min() == 32 and ours.max() <= 256
     assert abs(ours.mean() - theirs.mean()) < 2.0, (ours.mean(), theirs.mean())  # about 4 standard errors of the difference (std 32, 10,000 each)
     assert np.abs(np.percentile(ours, [25, 50, 75, 95]) - np.percentile(theirs, [25, 50, 75, 95])).max() <= 3
     assert abs((ours == 32).mean() - (theirs == 32).mean()) < 0.01  # the first stop: 1 - p_continue, about 3%
-    assert len(direct.DirectData(random.Random(0)).draw_bytes(5, 5)) == 5
+    assert len(internals.DirectData(random.Random(0)).draw_bytes(5, 5)) == 5
 
 
 @pytest.mark.parametrize(("low", "high"), [(0, 1), (1, 128), (-5, 5), (3, 3), (0, 2**32 - 1), (-(2**70), 2**70), (10**20, 10**20 + 5)])
 def test_an_integer_choice_is_what_hypothesis_s_law_draws_from_the_same_random_state(low, high):
     """The CDF ends cached per range change nothing: the same random() calls give the same integers as hypothesis's own provider."""
-    ours, theirs = direct.DirectData(random.Random(7)).provider, direct.DirectData(random.Random(7)).provider
+    ours, theirs = internals.DirectData(random.Random(7)).provider, internals.DirectData(random.Random(7)).provider
     drawn = [ours._draw_integer_from_distribution(low, high) for _ in range(500)]
-    assert drawn == [direct.HypothesisProvider._draw_integer_from_distribution(theirs, low, high) for _ in range(500)]
+    assert drawn == [internals.HypothesisProvider._draw_integer_from_distribution(theirs, low, high) for _ in range(500)]
     assert all(low <= n <= high for n in drawn)
 
 
@@ -89,10 +89,10 @@ def test_a_mapped_strategy_drawn_directly_retries_a_rejected_value_as_hypothesis
 
     def reject(n):
         tries.append(n)
-        raise UnsatisfiedAssumption()
+        raise internals.UnsatisfiedAssumption()
 
-    with pytest.raises(UnsatisfiedAssumption):
-        direct.DirectData(random.Random(0)).draw(st.integers(0, 9).map(reject))
+    with pytest.raises(internals.UnsatisfiedAssumption):
+        internals.DirectData(random.Random(0)).draw(st.integers(0, 9).map(reject))
     assert len(tries) == 3
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant, runner
+from invariants import hypothesis_internals as internals
 from invariants.conventions import Declared
 from invariants.profiles import profile_settings
 from invariants.protocol import TransportLost
@@ -188,7 +189,7 @@ def test_drawing_through_conjecture_data_draws_and_reports_what_data_draw_would(
     # the runner's direct draw skips st.data()'s per-draw bookkeeping only: the same examples, the same shrunk counterexample
     layer_norm = REGISTRY["norms.layer_norm_agrees_with_reference"]
     direct = run_invariant(layer_norm, _impl(layer_norm=_unbiased_layer_norm), settings=CI)
-    monkeypatch.setattr(runner, "_drawer", lambda data: data.draw)
+    monkeypatch.setattr(internals, "draw_of", lambda data: data.draw)
     through_data = run_invariant(layer_norm, _impl(layer_norm=_unbiased_layer_norm), settings=CI)
     assert direct.status == through_data.status == "failed"
     assert (direct.examples, direct.example, direct.problem) == (through_data.examples, through_data.example, through_data.problem)
@@ -200,7 +201,7 @@ def test_without_conjecture_data_the_draw_is_st_datas_own():
             return (strategy, label)
 
     data = Data()
-    assert runner._drawer(data) == data.draw
+    assert internals.draw_of(data) == data.draw
 
 
 def test_ti_direct_draws_turns_direct_draws_off_or_on_and_names_its_values():
