@@ -19,6 +19,7 @@ run whose arguments point into this package (`pytest --pyargs invariants`, `pyte
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -69,18 +70,26 @@ def asked(config):
 
 
 def pytest_configure(config):
-    """When the invariants are asked for, refuse an unknown profile before anything runs; otherwise do nothing."""
+    """When the invariants are asked for, refuse a bad option before anything runs, in one line; otherwise do nothing."""
     if not asked(config):
         return
-    from invariants.profiles import PROFILE_NAMES
-
-    profile = _option(config, "--invariants-profile")
-    if profile not in PROFILE_NAMES:
-        source = "--invariants-profile" if config.getoption("invariants_profile") is not None else "TI_PROFILE"
-        raise pytest.UsageError(f"{source}={profile!r} is not one of {', '.join(PROFILE_NAMES)}")
+    selection(config)
     path = _option(config, "--invariants-json")
     if path and not hasattr(config, "workerinput"):  # under xdist the controller alone writes, from the workers' reports
         config.pluginmanager.register(_JsonRecord(config, path), "invariants-json")
+
+
+DEVICES = re.compile(r"cpu|cuda(:\d+)?")  # what --impl-device takes
+
+
+def _source(config, flag):
+    """How the run set an option, for a message: the flag when given on the command line, else its environment variable."""
+    env = next(env for name, env, *_ in OPTIONS if name == flag)
+    return flag if config.getoption(_dest(flag)) is not None or env not in os.environ else env
+
+
+def _refuse(config, flag, value, problem):
+    raise pytest.UsageError(f"{_source(config, flag)}={value!r} {problem}")
 
 
 def _cuda_missing(device):
@@ -96,35 +105,43 @@ def _cuda_missing(device):
 
 
 class _Selection:
-    """The implementation and profile chosen for this run, loaded once; or the reason they could not be."""
+    """The implementation and profile chosen for this run, loaded once; pytest.UsageError for an option it cannot take.
+
+    Only CUDA asked of a torch implementation on a machine without it is no error: a loud skip of every invariant.
+    """
 
     def __init__(self, config):
-        from invariants.profiles import profile_settings
-        from invariants.protocol import ImplementationLoadError, load_implementation
+        from invariants.profiles import PROFILE_NAMES, profile_settings
+        from invariants.protocol import BACKENDS, DTYPES, Implementation, ImplementationLoadError, load_target
 
         self.target = _option(config, "--impl")
-        self.backend = _option(config, "--impl-backend")
         self.device = _option(config, "--impl-device")
         self.dtype = _option(config, "--impl-dtype")
         self.profile = _option(config, "--invariants-profile")
-        self.skip_reason = _cuda_missing(self.device)
-        self.error = None
-        self.impl = None
-        self.settings = None
+        backend = _option(config, "--impl-backend")
+        if self.profile not in PROFILE_NAMES:
+            _refuse(config, "--invariants-profile", self.profile, f"is not one of {', '.join(PROFILE_NAMES)}")
+        if self.dtype not in DTYPES:
+            _refuse(config, "--impl-dtype", self.dtype, f"is not one of {', '.join(DTYPES)}")
+        if backend is not None and backend not in BACKENDS:
+            _refuse(config, "--impl-backend", backend, f"is not one of {', '.join(BACKENDS)} (leave it out to use the target's BACKEND)")
+        if not DEVICES.fullmatch(self.device):
+            _refuse(config, "--impl-device", self.device, "is not one of cpu, cuda, cuda:N (cuda for a torch implementation)")
         try:
-            self.settings = profile_settings(self.profile)
-        except ValueError as exc:
-            self.error = f"--invariants-profile: {exc}"
-            return
-        if self.skip_reason is None:
-            try:
-                self.impl = load_implementation(self.target, backend=self.backend, device=self.device, dtype=self.dtype)
-            except ImplementationLoadError as exc:
-                self.error = f"cannot use --impl {self.target}: {exc}"
+            namespace, self.backend = load_target(self.target, backend=backend)
+            if self.backend == "numpy" and self.device != "cpu":
+                _refuse(config, "--impl-device", self.device, f"cannot run {self.target}, a numpy implementation: numpy runs on the cpu "
+                        "only; leave --impl-device out, or choose a torch implementation")
+            if self.backend == "numpy" and self.dtype == "bfloat16":
+                _refuse(config, "--impl-dtype", self.dtype, f"cannot run {self.target}, a numpy implementation: numpy has no bfloat16; "
+                        "choose float64, float32 or float16, or a torch implementation")
+            self.impl = Implementation(namespace, label=self.target, backend=self.backend, device=self.device, dtype=self.dtype)
+        except ImplementationLoadError as exc:
+            _refuse(config, "--impl", self.target, f"cannot be loaded: {exc}")
+        self.settings = profile_settings(self.profile)
+        self.skip_reason = _cuda_missing(self.device)
 
     def describe(self):
-        if self.impl is None:
-            return f"{self.target} (NOT LOADED: {self.skip_reason or self.error})"
         declared = ", ".join(f"{k} = {v!r}" for k, v in self.impl.declarations.items())
         return repr(self.impl) + (f", declaring {declared}" if declared else "")
 
@@ -246,11 +263,9 @@ class _JsonRecord:
         invariants = [self.entry(name, phases, registry) for name, phases in sorted(self.reports.items(), key=lambda t: order.get(t[0], len(order)))]
         return {
             "format": JSON_FORMAT, "version": JSON_VERSION,
-            "implementation": repr(chosen.impl) if chosen.impl is not None else f"{chosen.target} ({chosen.dtype}, {chosen.device})",
-            "target": chosen.target, "backend": chosen.impl.backend if chosen.impl is not None else chosen.backend,
+            "implementation": repr(chosen.impl), "target": chosen.target, "backend": chosen.backend,
             "device": chosen.device, "dtype": chosen.dtype, "profile": chosen.profile,
-            "declared": {k: v for k, v in chosen.impl.declarations.items()} if chosen.impl is not None else {},
-            "not_loaded": None if chosen.impl is not None else (chosen.skip_reason or chosen.error),
+            "declared": dict(chosen.impl.declarations), "not_loaded": chosen.skip_reason,
             "summary": {status: sum(e["status"] == status for e in invariants) for status in ("passed", "failed", "error", "skipped")},
             "invariants": invariants,
         }
@@ -279,18 +294,13 @@ def impl(request):
     chosen = selection(request.config)
     if chosen.skip_reason:
         pytest.skip(chosen.skip_reason)
-    if chosen.error:
-        pytest.fail(chosen.error, pytrace=False)
     return chosen.impl
 
 
 @pytest.fixture(scope="session")
 def invariant_settings(request):
     """The hypothesis settings the invariants run under (--invariants-profile), never loaded as the global profile."""
-    chosen = selection(request.config)
-    if chosen.settings is None:
-        pytest.fail(chosen.error, pytrace=False)
-    return chosen.settings
+    return selection(request.config).settings
 
 
 @pytest.fixture(scope="session")

@@ -325,8 +325,8 @@ def _import_target(target):
         raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {first_line(exc)}{where(exc)}") from None
 
 
-def load_implementation(target="reference.numpy", *, backend=None, device="cpu", dtype="float64"):
-    """Load an --impl target: 'pkg.module', 'path/to/file.py' or either followed by ':object'.
+def load_target(target, *, backend=None):
+    """(namespace, backend) of an --impl target, 'pkg.module', 'path/to/file.py' or either followed by ':object'.
 
     The backend comes from `backend`, else from the target's BACKEND attribute.
     """
@@ -349,6 +349,12 @@ def load_implementation(target="reference.numpy", *, backend=None, device="cpu",
         raise ImplementationLoadError(f"{target!r} does not say its backend: set BACKEND = 'numpy' or 'torch' in it, or pass --impl-backend")
     if not any(callable(getattr(namespace, name, None)) for name in FUNCTIONS):
         raise ImplementationLoadError(f"{target!r} provides none of the protocol functions ({', '.join(list(FUNCTIONS)[:4])}, ...)")
+    return namespace, backend
+
+
+def load_implementation(target="reference.numpy", *, backend=None, device="cpu", dtype="float64"):
+    """Load an --impl target (load_target) as an Implementation on `device` in `dtype`."""
+    namespace, backend = load_target(target, backend=backend)
     if backend == "torch" and device.startswith("cuda"):
         import torch
 

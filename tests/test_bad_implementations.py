@@ -1,4 +1,4 @@
-"""Bad --impl targets: each gives a one-line diagnosis per invariant, never a crash of the run or a pass."""
+"""Bad options: one usage error before anything runs; a target that loads but answers badly: one line per invariant, never a crash."""
 
 import textwrap
 
@@ -22,12 +22,25 @@ NORMS = textwrap.dedent(
     """
 )
 
+UNLOADABLE = {
+    # name: (module source or None for a missing file, the usage error)
+    "missing_file": (None, "--impl='{path}' cannot be loaded: no file or folder '{path}'"),
+    "syntax_error": ("def layer_norm(x:\n", "--impl='{path}' cannot be loaded: importing '{path}' raised SyntaxError"),
+    "no_protocol": ("BACKEND = 'numpy'\ndef helper():\n    return 1\n", "--impl='{path}' cannot be loaded: '{path}' provides none of the protocol"),
+    "no_backend": ("def layer_norm(x, gain, bias, eps):\n    return x\n", "--impl='{path}' cannot be loaded: '{path}' does not say its backend"),
+}
+BAD_OPTIONS = {
+    # name: (options, the usage error)
+    "dtype": (("--impl-dtype", "float8"), "--impl-dtype='float8' is not one of float64, float32, float16, bfloat16"),
+    "backend": (("--impl-backend", "jax"), "--impl-backend='jax' is not one of numpy, torch (leave it out to use the target's BACKEND)"),
+    "device": (("--impl-device", "tpu"), "--impl-device='tpu' is not one of cpu, cuda, cuda:N (cuda for a torch implementation)"),
+    "numpy_on_cuda": (("--impl-device", "cuda"), "--impl-device='cuda' cannot run reference.numpy, a numpy implementation: "
+                      "numpy runs on the cpu only; leave --impl-device out, or choose a torch implementation"),
+    "numpy_bfloat16": (("--impl-dtype", "bfloat16"), "--impl-dtype='bfloat16' cannot run reference.numpy, a numpy implementation: "
+                       "numpy has no bfloat16; choose float64, float32 or float16, or a torch implementation"),
+}
 CASES = {
-    # name: (module source or None for a missing file, expected text in every failing test's message)
-    "missing_file": (None, "cannot use --impl {path}: no file or folder"),
-    "syntax_error": ("def layer_norm(x:\n", "importing '{path}' raised SyntaxError"),
-    "no_protocol": ("BACKEND = 'numpy'\ndef helper():\n    return 1\n", "provides none of the protocol functions"),
-    "no_backend": ("def layer_norm(x, gain, bias, eps):\n    return x\n", "does not say its backend"),
+    # name: (module source, expected text in every failing test's message)
     "wrong_signature": (NORMS + "def layer_norm(x):\n    return x\n", "layer_norm(x) cannot be called as layer_norm(x, gain, bias, eps)"),
     "wrong_shape": (NORMS + "def layer_norm(x, gain, bias, eps):\n    return x[..., :1]\n", "shape of layer_norm output="),
     "returns_none": (NORMS + "def layer_norm(x, gain, bias, eps):\n    return None\n", "layer_norm returned a builtins.NoneType, not an array"),
@@ -36,12 +49,40 @@ CASES = {
 }
 
 
+def _one_usage_error(result, expected):
+    """The run stopped at configure time (exit 4) and said why in one line, nothing else."""
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    said = [line for line in result.outlines + result.errlines if line.strip()]
+    assert len(said) == 1 and said[0].startswith("ERROR: " + expected), said
+
+
+@pytest.mark.parametrize("name", UNLOADABLE)
+def test_a_target_that_cannot_be_loaded_is_one_usage_error(pytester, name):
+    source, expected = UNLOADABLE[name]
+    path = pytester.path / f"{name}.py"
+    if source is not None:
+        path.write_text(source)
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", str(path), "-p", "no:cacheprovider", "-q")
+    _one_usage_error(result, expected.format(path=path))
+
+
+@pytest.mark.parametrize("name", BAD_OPTIONS)
+def test_an_option_the_target_cannot_take_is_one_usage_error(pytester, name):
+    options, expected = BAD_OPTIONS[name]
+    _one_usage_error(pytester.runpytest_subprocess("--pyargs", "invariants", *options, "-p", "no:cacheprovider", "-q"), expected)
+
+
+def test_a_bad_environment_variable_is_named_in_the_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("TI_DEVICE", "tpu")
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "-p", "no:cacheprovider", "-q")
+    _one_usage_error(result, "TI_DEVICE='tpu' is not one of cpu, cuda, cuda:N")
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_bad_implementation_fails_every_layer_norm_invariant_with_a_one_line_reason(pytester, name):
     source, expected = CASES[name]
     path = pytester.path / f"{name}.py"
-    if source is not None:
-        path.write_text(source)
+    path.write_text(source)
     result = pytester.runpytest_subprocess(
         "--pyargs", "invariants", "--impl", str(path), "-k", "layer_norm and not keeps_dtype", "--invariants-profile=ci",
         "-p", "no:cacheprovider", "-rfE"
@@ -99,6 +140,4 @@ def test_cuda_request_without_a_gpu_skips_loudly(pytester):
 
 def test_unknown_profile_is_a_usage_error(pytester, monkeypatch):
     monkeypatch.setenv("TI_PROFILE", "fast")
-    result = pytester.runpytest_subprocess("--pyargs", "invariants", "-k", "norms")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*TI_PROFILE='fast' is not one of dev, ci, thorough*"])
+    _one_usage_error(pytester.runpytest_subprocess("--pyargs", "invariants", "-k", "norms"), "TI_PROFILE='fast' is not one of dev, ci, thorough")

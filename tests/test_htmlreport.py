@@ -182,13 +182,11 @@ def test_the_record_is_written_only_when_the_invariants_are_asked_for(pytester, 
     assert not (pytester.path / "record.json").exists()
 
 
-def test_a_run_that_could_not_load_is_recorded_with_the_reason(pytester):
+def test_a_run_refused_before_it_starts_writes_no_record(pytester):
     result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "no_such_module_here", "-k", "layer_norm_known_values",
                                            "--invariants-json", "r.json", "-p", "no:cacheprovider")
-    record = json.loads((pytester.path / "r.json").read_text())
-    assert result.ret != 0 and "no module named 'no_such_module_here'" in record["not_loaded"]
-    (entry,) = record["invariants"]
-    assert entry["status"] == "error" and "no module named" in entry["reason"]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and not (pytester.path / "r.json").exists()
+    result.stderr.fnmatch_lines(["ERROR: --impl='no_such_module_here' cannot be loaded: no module named 'no_such_module_here'"])
 
 
 # -- the HTML --------------------------------------------------------------------------------------

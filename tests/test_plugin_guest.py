@@ -53,7 +53,9 @@ def _heavy_modules(host, *options):
     return [name for name in (host.path / "heavy.txt").read_text().split(",") if name]
 
 
-def test_a_project_that_does_not_run_the_invariants_sees_no_change(host):
+def test_a_project_that_does_not_run_the_invariants_sees_no_change(host, monkeypatch):
+    monkeypatch.setenv("TI_IMPL", "no_such_module")  # options it would refuse, were the invariants asked for
+    monkeypatch.setenv("TI_DEVICE", "tpu")
     result = host.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
     result.assert_outcomes(passed=4)
     spoken = [line for line in result.stdout.lines if "transformer-invariants" in line and not line.startswith("plugins:")]
