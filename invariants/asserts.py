@@ -104,8 +104,9 @@ def assert_finite(actual, what, call=None):
 def _mismatch_details(actual, expected, mismatched, requirement):
     a = actual.astype(np.float64, copy=False)
     e = np.broadcast_to(np.asarray(expected, dtype=np.float64), a.shape)
-    abs_err = np.abs(a - e)
-    rel_err = abs_err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    with np.errstate(over="ignore", invalid="ignore"):  # an error over a zero expected value is inf; inf - inf is NaN: both reported
+        abs_err = np.abs(a - e)
+        rel_err = abs_err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
     score = np.where(np.isnan(abs_err), np.inf, abs_err)  # a NaN is the worst mismatch of all
     worst = int(np.argmax(np.where(mismatched, score, -1.0)))
     n_bad = int(mismatched.sum())

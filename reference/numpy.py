@@ -63,7 +63,8 @@ ATTENTION_BIASES = True  # transformer_block and gpt_logits read b_q, b_k, b_v, 
 def softmax(x, axis=-1):
     """exp(x) / Σ exp(x) along `axis`; the row maximum is subtracted first so exp never overflows."""
     # In place after the subtraction: a fresh (B, H, T, T) array of a long sequence costs more than its exp (its pages, faulted in).
-    e = np.asarray(x - x.max(axis=axis, keepdims=True), dtype=np.result_type(x, np.float16))  # a new array of floats
+    with np.errstate(invalid="ignore"):  # a row of -inf alone (every key masked) is NaN: -inf - -inf
+        e = np.asarray(x - x.max(axis=axis, keepdims=True), dtype=np.result_type(x, np.float16))  # a new array of floats
     np.exp(e, out=e)  # a masked -inf becomes exactly 0 here
     e /= e.sum(axis=axis, keepdims=True)
     return e
