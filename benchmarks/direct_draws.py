@@ -1,4 +1,4 @@
-"""Benchmark: do direct draws (invariants.direct) find the zoo's bugs as hypothesis's engine does?
+"""Benchmark: do direct draws (invariants.hypothesis_internals) find the zoo's bugs as hypothesis's engine does?
 
     python benchmarks/direct_draws.py                      # every mutant, 500 examples per search, seed 1
     python benchmarks/direct_draws.py --examples 1000 --seeds 1 2 3 --only 'attention.*'

@@ -7,7 +7,7 @@
 Each revision is checked out in a temporary git worktree and measured in its own process: every
 invariant runs N examples (seed 1) through that revision's run_invariant, and its process CPU time
 per example is scaled to the soak's 10,000 examples (an invariant that runs out of inputs first runs
-as many as it has). A revision whose soak draws directly after ENGINE_EXAMPLES (invariants.direct)
+as many as it has). A revision whose soak draws directly after ENGINE_EXAMPLES (invariants.hypothesis_internals)
 is measured both ways, N examples each, and scaled to ENGINE_EXAMPLES by the engine and the rest
 drawn directly. It works on revisions older than the Outcome API (their run_invariant raised
 or returned); examples are counted as the Cases drawn. Prints figures; asserts nothing.
