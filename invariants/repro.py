@@ -4,11 +4,14 @@
     $ python repro_attention_causal_non_leakage.py my_solution.py
 
 The script needs numpy (and torch for a torch implementation), not hypothesis, pytest or this
-suite. It loads the module it is given (by default the one the suite ran), repeats every call
-the failing example made, with the same inputs (inline, exact: Python's float repr round-trips;
-beside it in an .npz when they are large), and prints each answer beside the one the suite saw,
-then the property, the violation and the hint. An answer that would take the arrays kept past
-MAX_ARRAY_BYTES is described (dtype, shape, bytes) instead of kept.
+suite. It loads the module it is given (by default the one the suite ran, where it was then),
+repeats every call the failing example made, with the same inputs (inline, exact: Python's
+float repr round-trips; beside it in an .npz when they are large), and prints each answer beside
+the one the suite saw, what the suite expected, the violation and the hint. It exits 1 while the
+failure reproduces (every answer is the one the suite judged failing, or a call now raises or
+answers NaN or inf), 0 once the answers changed, 2 when it cannot find its module. It compares
+answers only: it does not re-check the property, and says so. An answer that would take the
+arrays kept past MAX_ARRAY_BYTES is described (dtype, shape, bytes) instead of kept, and not compared.
 
 What the implementation controls (its answers, its error messages, the file name) reaches the
 script only as data: Python literals written by repr() of plain values, or the .npz. The
@@ -18,6 +21,7 @@ docstring and comments carry the suite's own text only.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,17 +103,48 @@ def _kept(calls):
     return kept
 
 
+def _located(label):
+    """((module, object), search folder) of a target this process loaded: a file or folder made absolute, or a module name
+    with the folder it was imported from (None where it was not), so the script finds it from anywhere."""
+    where, _, attribute = label.partition(":")
+    if len(where) == 1 and attribute.startswith("\\"):  # a Windows drive letter, not module:object
+        where, attribute = label, ""
+    if Path(where).exists():
+        return (str(Path(where).resolve()), attribute), None
+    file = getattr(sys.modules.get(where), "__file__", None)
+    if file is None:
+        return (where, attribute), None
+    depth = where.count(".") + (Path(file).name == "__init__.py")  # reference.numpy in /r/reference/numpy.py: /r
+    return (where, attribute), str(Path(file).resolve().parents[depth])
+
+
+def _expectation(problem):
+    """What the suite expected, from its failure grammar `<what>=<got>, but should be <expected> [<call>]`, with the worst element's line."""
+    first, *rest = problem.splitlines() or [""]
+    what, found, expected = first.partition(", but should be ")
+    if not found:
+        return ()
+    worst = [line.strip() for line in rest if line.strip().startswith("worst at index")]
+    return (f"{what.rpartition('=')[0] or what} should be {expected.rpartition(' [')[0] or expected}", *worst)
+
+
 def repro_source(outcome, impl, *, target=None, npz_name=None):
-    """(script source, arrays for an .npz or None) replaying `outcome`'s failing example on `impl`'s kind of implementation."""
+    """(script source, arrays for an .npz or None) replaying `outcome`'s failing example on `impl`'s kind of implementation.
+
+    The script's default module is `target` as given (the gate's submission name: looked up beside the script, then in
+    the current folder), else the implementation's own, where this process loaded it.
+    """
     calls = _kept(outcome.calls)
     large = sum(_size(args) + _size(seen) for _, args, seen in calls) > INLINE_ELEMENTS
     arrays = {} if large else None
     listed = ",\n    ".join(f"({name!r}, {_literal(args, arrays)}, {_literal(seen, arrays)})" for name, args, seen in calls)
     load = f"ARRAYS = np.load(Path(__file__).with_name({npz_name!r}))\n" if large else ""
+    where, search = ((target, ""), None) if target else _located(getattr(impl, "label", ""))
     source = TEMPLATE.format(
         invariant=re.sub(r"[^\w.]", "_", outcome.invariant), statement=_docstring(outcome.report.split("\n")[0]),
-        target=_literal(target or getattr(impl, "label", ""), None), backend=impl.backend, dtype=impl.dtype, load=load, calls=listed,
-        violation=_literal(outcome.problem, None), hint=_literal(outcome.hint, None),
+        name=_literal(outcome.invariant, None), target=_literal(where, None), search=_literal(search, None),
+        backend=impl.backend, dtype=impl.dtype, load=load, calls=listed,
+        expected=_literal(_expectation(outcome.problem), None), violation=_literal(outcome.problem, None), hint=_literal(outcome.hint, None),
     )
     return source, arrays
 
@@ -142,6 +177,8 @@ TEMPLATE = '''"""Counterexample to {invariant}, replayed without hypothesis or t
 
     python {{this file}} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
+Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found.
+
 {statement}
 """
 
@@ -153,24 +190,53 @@ from pathlib import Path
 import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
+INVARIANT = {name}
 BACKEND, DTYPE = {backend!r}, {dtype!r}
-TARGET = {target}
+TARGET = {target}  # (module: a path or a name, object in it or "")
+SEARCH = {search}  # the folder a module name was imported from; None for a path (a relative one: beside this script, else here)
 {load}CALLS = [  # (function, arguments, what the suite got back)
     {calls},
 ]
+EXPECTED = {expected}  # what the suite expected, in its own words
 VIOLATION = {violation}
 HINT = {hint}
 
 
-def load(target):
-    """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
+def default_target():
+    """TARGET where the suite ran it, as (module, object); None, having said why, when it is not there any more."""
+    where, attribute = TARGET
+    if SEARCH is None:
+        places = [Path(where)] if Path(where).is_absolute() else [Path(__file__).resolve().parent / where, Path.cwd() / where]
+        where = next((str(place) for place in places if place.exists()), None)
+    else:
+        places = [Path(SEARCH)]
+        if places[0].is_dir():
+            sys.path.insert(0, SEARCH)
+        else:
+            where = None
+    if where is None:
+        print(f"{{Path(__file__).name}} was written for {{TARGET[0]}}, which is not at {{' or '.join(map(str, places))}} any more: "
+              f"give the module to run it on: python {{Path(__file__).name}} path/to/your_module.py", file=sys.stderr)
+        return None
+    return where, attribute
+
+
+def given(target):
+    """A target from the command line, as --impl takes it: a module name, a .py file or a package folder, either + :object."""
+    return (target, "") if Path(target).exists() else tuple(target.partition(":")[::2])
+
+
+def load(where, attribute):
+    """The module at `where` (a .py file, a package folder or a module name), or its `attribute` (an adapter object)."""
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+    elif path.is_dir():
+        sys.path.insert(0, str(path.resolve().parent))
+        module = importlib.import_module(path.resolve().name)
     else:
         module = importlib.import_module(where)
     for part in filter(None, attribute.split(".")):
@@ -210,27 +276,67 @@ def show(label, value):
         print(f"  {{name}}: {{part.dtype}} {{part.shape}}", np.array2string(part, precision=6, threshold=48))
 
 
+def same(now, seen):
+    """now is the answer the suite saw: the same parts, shapes, dtypes and values (NaN where it had NaN)."""
+    if isinstance(now, tuple) or isinstance(seen, tuple):
+        return isinstance(now, tuple) and isinstance(seen, tuple) and len(now) == len(seen) and all(map(same, now, seen))
+    now, seen = np.asarray(now), np.asarray(seen)
+    floats = now.dtype.kind in "fc" and seen.dtype.kind in "fc"
+    return now.dtype == seen.dtype and now.shape == seen.shape and bool(np.array_equal(now, seen, equal_nan=floats))
+
+
+def finite(value):
+    parts = value if isinstance(value, tuple) else (value,)
+    return all(np.isfinite(part).all() for part in map(np.asarray, parts) if part.dtype.kind in "fc")
+
+
+def replay(module, number, name, args, kind, seen):
+    """Call `name` as the suite did and show both answers; how it compares: same, changed, raises, not finite or unknown."""
+    print(f"call {{number}}: {{name}}(...)")
+    try:
+        got = to_numpy(getattr(module, name)(*to_backend(args)))
+    except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
+        print(f"  raised {{type(exc).__name__}}: {{exc}}")
+        print(f"  the suite saw an error: {{seen}}" if kind == "error" else "  the suite saw an answer")
+        return "same" if kind == "error" else "raises"
+    show("now", got)
+    if kind == "dropped":
+        print(f"  the suite saw an answer too large to keep here: {{seen}}")
+        return "unknown"
+    if kind == "error":
+        print(f"  the suite saw an error: {{seen}}")
+        return "changed"
+    show("the suite saw", seen)
+    if not finite(got) and finite(seen):
+        return "not finite"
+    return "same" if same(got, seen) else "changed"
+
+
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else TARGET)
-    for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
-        print(f"call {{number}}: {{name}}(...)")
-        try:
-            got = to_numpy(getattr(module, name)(*to_backend(args)))
-        except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
-            print(f"  raised {{type(exc).__name__}}: {{exc}}")
-            continue
-        show("now", got)
-        if kind == "answer":
-            show("the suite saw", seen)
-        elif kind == "dropped":
-            print(f"  the suite saw an answer too large to keep here: {{seen}}")
-        else:
-            print(f"  the suite saw an error: {{seen}}")
+    target = given(argv[1]) if len(argv) > 1 else default_target()
+    if target is None:
+        return 2
+    module = load(*target)
+    results = [replay(module, number, name, args, kind, seen) for number, (name, args, (kind, seen)) in enumerate(CALLS, 1)]
     print()
+    for line in EXPECTED[:1]:
+        print("the suite expected:", line)
+    for line in EXPECTED[1:]:
+        print(f"  {{line}} (in the run that failed)")
     print("violated:", VIOLATION)
     print("hint:", HINT)
+    print()
+    broken = [f"call {{n}} {{r}}" for n, r in enumerate(results, 1) if r in ("raises", "not finite")]
+    changed = [str(n) for n, r in enumerate(results, 1) if r == "changed"]
+    unknown = f" ({{results.count('unknown')}} answer(s) too large to keep were not compared)" if "unknown" in results else ""
+    if broken or not changed:
+        print(f"REPRODUCES: {{', '.join(broken) or 'every answer is the one the suite judged a violation of ' + INVARIANT}}{{unknown}}")
+        return 1
+    print(f"NO LONGER REPRODUCES: the answers to call(s) {{', '.join(changed)}} changed{{unknown}}. This script compares answers with "
+          f"the failing ones; it does not re-check the property. Confirm the fix: pytest --pyargs invariants --impl <your module> -k {{INVARIANT}}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))
 '''

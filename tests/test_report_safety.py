@@ -72,8 +72,8 @@ def test_no_repro_script_runs_code_from_the_file_name_or_the_output(graded):
         default = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=submission.parent)
         planted = [p for p in (reports, submission.parent) for p in p.glob("PWNED*")]
         assert not planted, f"running {script.name} ran code the submission wrote: {planted}"
-        assert given.returncode == 0 and "raised ValueError" in given.stdout, given.stderr
-        assert default.returncode == 0, default.stderr  # its default target: the file name as written, loaded from beside it
+        assert given.returncode == 1 and "raised ValueError" in given.stdout, given.stderr  # 1: the failure reproduces
+        assert default.returncode == 1, default.stderr  # its default target: the file name as written, found in the current folder
 
 
 def test_every_report_parses_and_carries_no_ci_command(graded):
