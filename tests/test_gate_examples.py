@@ -128,5 +128,5 @@ SCRIPTS = sorted((ROOT / "examples" / "reports").glob("*/repro_*.py"))
 def test_every_gate_repro_script_replays_its_failure_on_the_submission(script):
     submission = ROOT / "examples" / "submissions" / f"{script.parent.name}.py"
     done = subprocess.run([sys.executable, script.name, str(submission)], cwd=script.parent, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "call 1: " in done.stdout and "violated: " in done.stdout and "hint: " in done.stdout
+    assert done.returncode == 1, done.stderr  # the failure reproduces
+    assert "call 1: " in done.stdout and "violated: " in done.stdout and "hint: " in done.stdout and "REPRODUCES: " in done.stdout

@@ -2,6 +2,8 @@
 
     python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
+Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found.
+
 attention.agrees_with_reference: attention's output and weights agree with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 """
 
@@ -13,24 +15,53 @@ from pathlib import Path
 import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
+INVARIANT = 'attention.agrees_with_reference'
 BACKEND, DTYPE = 'numpy', 'float64'
-TARGET = 'mask_after_softmax.py'
+TARGET = ('mask_after_softmax.py', '')  # (module: a path or a name, object in it or "")
+SEARCH = None  # the folder a module name was imported from; None for a path (a relative one: beside this script, else here)
 CALLS = [  # (function, arguments, what the suite got back)
-    ('attention', [np.array([[[0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0]]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0], [0.0]]], dtype='float64'), np.array([[[[0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.0], [0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667, 0.06666666666666667]]]], dtype='float64')))),
+    ('attention', [np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), np.array([[0.0]], dtype='float64'), 1, True], ('answer', (np.array([[[0.0], [0.0]]], dtype='float64'), np.array([[[[0.5, 0.0], [0.5, 0.5]]]], dtype='float64')))),
 ]
-VIOLATION = 'attention weights=values out of tolerance, but should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64) [attention(x[1, 15, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True)]\n  mismatched 105 of 225 elements (46.7%); tolerance atol=1e-10 + rtol=1e-10·|expected| (float64)\n  worst at index (0, 0, 0, 0): got 0.0666666667, expected 1\n  max abs error 0.933, max rel error 0.933'
+EXPECTED = ('attention weights should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64)', 'worst at index (0, 0, 0, 0): got 0.5, expected 1')  # what the suite expected, in its own words
+VIOLATION = 'attention weights=values out of tolerance, but should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64) [attention(x[1, 2, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True)]\n  mismatched 1 of 4 elements (25.0%); tolerance atol=1e-10 + rtol=1e-10·|expected| (float64)\n  worst at index (0, 0, 0, 0): got 0.5, expected 1\n  max abs error 0.5, max rel error 0.5'
 HINT = "the scores are not scaled by 1/√d_head (unscaled, or by 1/√d_model or 1/d_head), part of attention runs in a lower precision than its inputs (scores or softmax in float16 inside: .half(), autocast), or another convention differs from GPT-2's attention (x @ W, heads as contiguous column blocks, W_o after merging)"
 
 
-def load(target):
-    """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
+def default_target():
+    """TARGET where the suite ran it, as (module, object); None, having said why, when it is not there any more."""
+    where, attribute = TARGET
+    if SEARCH is None:
+        places = [Path(where)] if Path(where).is_absolute() else [Path(__file__).resolve().parent / where, Path.cwd() / where]
+        where = next((str(place) for place in places if place.exists()), None)
+    else:
+        places = [Path(SEARCH)]
+        if places[0].is_dir():
+            sys.path.insert(0, SEARCH)
+        else:
+            where = None
+    if where is None:
+        print(f"{Path(__file__).name} was written for {TARGET[0]}, which is not at {' or '.join(map(str, places))} any more: "
+              f"give the module to run it on: python {Path(__file__).name} path/to/your_module.py", file=sys.stderr)
+        return None
+    return where, attribute
+
+
+def given(target):
+    """A target from the command line, as --impl takes it: a module name, a .py file or a package folder, either + :object."""
+    return (target, "") if Path(target).exists() else tuple(target.partition(":")[::2])
+
+
+def load(where, attribute):
+    """The module at `where` (a .py file, a package folder or a module name), or its `attribute` (an adapter object)."""
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+    elif path.is_dir():
+        sys.path.insert(0, str(path.resolve().parent))
+        module = importlib.import_module(path.resolve().name)
     else:
         module = importlib.import_module(where)
     for part in filter(None, attribute.split(".")):
@@ -70,26 +101,66 @@ def show(label, value):
         print(f"  {name}: {part.dtype} {part.shape}", np.array2string(part, precision=6, threshold=48))
 
 
+def same(now, seen):
+    """now is the answer the suite saw: the same parts, shapes, dtypes and values (NaN where it had NaN)."""
+    if isinstance(now, tuple) or isinstance(seen, tuple):
+        return isinstance(now, tuple) and isinstance(seen, tuple) and len(now) == len(seen) and all(map(same, now, seen))
+    now, seen = np.asarray(now), np.asarray(seen)
+    floats = now.dtype.kind in "fc" and seen.dtype.kind in "fc"
+    return now.dtype == seen.dtype and now.shape == seen.shape and bool(np.array_equal(now, seen, equal_nan=floats))
+
+
+def finite(value):
+    parts = value if isinstance(value, tuple) else (value,)
+    return all(np.isfinite(part).all() for part in map(np.asarray, parts) if part.dtype.kind in "fc")
+
+
+def replay(module, number, name, args, kind, seen):
+    """Call `name` as the suite did and show both answers; how it compares: same, changed, raises, not finite or unknown."""
+    print(f"call {number}: {name}(...)")
+    try:
+        got = to_numpy(getattr(module, name)(*to_backend(args)))
+    except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
+        print(f"  raised {type(exc).__name__}: {exc}")
+        print(f"  the suite saw an error: {seen}" if kind == "error" else "  the suite saw an answer")
+        return "same" if kind == "error" else "raises"
+    show("now", got)
+    if kind == "dropped":
+        print(f"  the suite saw an answer too large to keep here: {seen}")
+        return "unknown"
+    if kind == "error":
+        print(f"  the suite saw an error: {seen}")
+        return "changed"
+    show("the suite saw", seen)
+    if not finite(got) and finite(seen):
+        return "not finite"
+    return "same" if same(got, seen) else "changed"
+
+
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else TARGET)
-    for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
-        print(f"call {number}: {name}(...)")
-        try:
-            got = to_numpy(getattr(module, name)(*to_backend(args)))
-        except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
-            print(f"  raised {type(exc).__name__}: {exc}")
-            continue
-        show("now", got)
-        if kind == "answer":
-            show("the suite saw", seen)
-        elif kind == "dropped":
-            print(f"  the suite saw an answer too large to keep here: {seen}")
-        else:
-            print(f"  the suite saw an error: {seen}")
+    target = given(argv[1]) if len(argv) > 1 else default_target()
+    if target is None:
+        return 2
+    module = load(*target)
+    results = [replay(module, number, name, args, kind, seen) for number, (name, args, (kind, seen)) in enumerate(CALLS, 1)]
     print()
+    for line in EXPECTED[:1]:
+        print("the suite expected:", line)
+    for line in EXPECTED[1:]:
+        print(f"  {line} (in the run that failed)")
     print("violated:", VIOLATION)
     print("hint:", HINT)
+    print()
+    broken = [f"call {n} {r}" for n, r in enumerate(results, 1) if r in ("raises", "not finite")]
+    changed = [str(n) for n, r in enumerate(results, 1) if r == "changed"]
+    unknown = f" ({results.count('unknown')} answer(s) too large to keep were not compared)" if "unknown" in results else ""
+    if broken or not changed:
+        print(f"REPRODUCES: {', '.join(broken) or 'every answer is the one the suite judged a violation of ' + INVARIANT}{unknown}")
+        return 1
+    print(f"NO LONGER REPRODUCES: the answers to call(s) {', '.join(changed)} changed{unknown}. This script compares answers with "
+          f"the failing ones; it does not re-check the property. Confirm the fix: pytest --pyargs invariants --impl <your module> -k {INVARIANT}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))

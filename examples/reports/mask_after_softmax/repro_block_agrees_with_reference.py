@@ -2,6 +2,8 @@
 
     python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
+Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found.
+
 block.agrees_with_reference: transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 """
 
@@ -13,24 +15,53 @@ from pathlib import Path
 import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
+INVARIANT = 'block.agrees_with_reference'
 BACKEND, DTYPE = 'numpy', 'float64'
-TARGET = 'mask_after_softmax.py'
+TARGET = ('mask_after_softmax.py', '')  # (module: a path or a name, object in it or "")
+SEARCH = None  # the folder a module name was imported from; None for a path (a relative one: beside this script, else here)
 CALLS = [  # (function, arguments, what the suite got back)
-    ('transformer_block', [np.array([[[0.546875, 0.078125, -0.84375], [-1.484375, 0.203125, -1.734375], [-0.15625, -0.4375, 0.5625], [-1.40625, 1.203125, 0.59375], [-0.1875, -1.265625, -1.734375], [0.25, 1.625, 0.09375]]], dtype='float64'), {'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'W_k': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'W_v': np.array([[0.0546875, 0.578125, 0.1796875], [0.015625, 0.40625, 0.25], [0.9140625, 0.9140625, 0.3125]], dtype='float64'), 'W_o': np.array([[0.7578125, 0.0703125, 1.0546875], [0.9765625, -0.34375, 0.0546875], [-0.3515625, -0.2890625, -0.890625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}, 3, True], ('answer', np.array([[[0.3297885583535893, 0.10047545697353064, -1.0280321765283162], [-1.885169673043035, 0.24710043184721764, -2.0590501928926566], [-0.30800543566516025, -0.42080176807959896, 0.4398389017173397], [-1.5290046635740289, 1.21912354931417, 0.5088242739747264], [-0.459892870125808, -1.235352018146843, -1.9528206506550316], [-0.20161846623485352, 1.6764577171589412, -0.2611613316111248]]], dtype='float64'))),
+    ('transformer_block', [np.array([[[-0.875, -1.140625, 0.0], [-0.421875, -0.671875, 0.453125], [-0.1875, 0.390625, 1.890625], [-1.0, 0.65625, 1.015625], [-1.625, 0.265625, 1.359375]]], dtype='float64'), {'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'W_k': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'W_v': np.array([[0.15625, -1.015625, 0.109375], [0.109375, 0.9453125, -0.9453125], [-0.3125, 0.421875, 0.078125]], dtype='float64'), 'W_o': np.array([[0.0625, -0.2109375, -0.375], [1.1640625, -0.40625, 0.09375], [0.0625, -0.1328125, -0.8671875]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}, 1, True], ('answer', np.array([[[-0.8480945004876898, -1.1488404495761455, -0.12159726448877659], [-0.3617705440359824, -0.6901451473421472, 0.21276630640787753], [0.1645155412868013, 0.2867338626232247, 1.6639153266419602], [-0.13375791570239715, 0.4019168927024932, 0.9597364510485249], [-0.3012070805809668, -0.12264661418776285, 1.426045812846511]]], dtype='float64'))),
 ]
-VIOLATION = 'block output (held to the tanh-form GELU, the closer one: either form passes, one form for the whole call)=values out of tolerance, but should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64) [transformer_block(x, params, n_heads=3, causal=True)]\n  mismatched 15 of 18 elements (83.3%); tolerance atol=1e-10 + rtol=1e-10·|expected| (float64)\n  worst at index (0, 0, 0): got 0.329788558, expected -0.75564365\n  max abs error 1.09, max rel error 1.44'
+EXPECTED = ('block output (held to the tanh-form GELU, the closer one: either form passes, one form for the whole call) should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64)', 'worst at index (0, 0, 2): got -0.121597264, expected -0.607986322')  # what the suite expected, in its own words
+VIOLATION = 'block output (held to the tanh-form GELU, the closer one: either form passes, one form for the whole call)=values out of tolerance, but should be close to the expected values within atol=1e-10 + rtol=1e-10·|expected| (float64) [transformer_block(x, params, n_heads=1, causal=True)]\n  mismatched 12 of 15 elements (80.0%); tolerance atol=1e-10 + rtol=1e-10·|expected| (float64)\n  worst at index (0, 0, 2): got -0.121597264, expected -0.607986322\n  max abs error 0.486, max rel error 2.62'
 HINT = "the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM)"
 
 
-def load(target):
-    """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
+def default_target():
+    """TARGET where the suite ran it, as (module, object); None, having said why, when it is not there any more."""
+    where, attribute = TARGET
+    if SEARCH is None:
+        places = [Path(where)] if Path(where).is_absolute() else [Path(__file__).resolve().parent / where, Path.cwd() / where]
+        where = next((str(place) for place in places if place.exists()), None)
+    else:
+        places = [Path(SEARCH)]
+        if places[0].is_dir():
+            sys.path.insert(0, SEARCH)
+        else:
+            where = None
+    if where is None:
+        print(f"{Path(__file__).name} was written for {TARGET[0]}, which is not at {' or '.join(map(str, places))} any more: "
+              f"give the module to run it on: python {Path(__file__).name} path/to/your_module.py", file=sys.stderr)
+        return None
+    return where, attribute
+
+
+def given(target):
+    """A target from the command line, as --impl takes it: a module name, a .py file or a package folder, either + :object."""
+    return (target, "") if Path(target).exists() else tuple(target.partition(":")[::2])
+
+
+def load(where, attribute):
+    """The module at `where` (a .py file, a package folder or a module name), or its `attribute` (an adapter object)."""
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+    elif path.is_dir():
+        sys.path.insert(0, str(path.resolve().parent))
+        module = importlib.import_module(path.resolve().name)
     else:
         module = importlib.import_module(where)
     for part in filter(None, attribute.split(".")):
@@ -70,26 +101,66 @@ def show(label, value):
         print(f"  {name}: {part.dtype} {part.shape}", np.array2string(part, precision=6, threshold=48))
 
 
+def same(now, seen):
+    """now is the answer the suite saw: the same parts, shapes, dtypes and values (NaN where it had NaN)."""
+    if isinstance(now, tuple) or isinstance(seen, tuple):
+        return isinstance(now, tuple) and isinstance(seen, tuple) and len(now) == len(seen) and all(map(same, now, seen))
+    now, seen = np.asarray(now), np.asarray(seen)
+    floats = now.dtype.kind in "fc" and seen.dtype.kind in "fc"
+    return now.dtype == seen.dtype and now.shape == seen.shape and bool(np.array_equal(now, seen, equal_nan=floats))
+
+
+def finite(value):
+    parts = value if isinstance(value, tuple) else (value,)
+    return all(np.isfinite(part).all() for part in map(np.asarray, parts) if part.dtype.kind in "fc")
+
+
+def replay(module, number, name, args, kind, seen):
+    """Call `name` as the suite did and show both answers; how it compares: same, changed, raises, not finite or unknown."""
+    print(f"call {number}: {name}(...)")
+    try:
+        got = to_numpy(getattr(module, name)(*to_backend(args)))
+    except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
+        print(f"  raised {type(exc).__name__}: {exc}")
+        print(f"  the suite saw an error: {seen}" if kind == "error" else "  the suite saw an answer")
+        return "same" if kind == "error" else "raises"
+    show("now", got)
+    if kind == "dropped":
+        print(f"  the suite saw an answer too large to keep here: {seen}")
+        return "unknown"
+    if kind == "error":
+        print(f"  the suite saw an error: {seen}")
+        return "changed"
+    show("the suite saw", seen)
+    if not finite(got) and finite(seen):
+        return "not finite"
+    return "same" if same(got, seen) else "changed"
+
+
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else TARGET)
-    for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
-        print(f"call {number}: {name}(...)")
-        try:
-            got = to_numpy(getattr(module, name)(*to_backend(args)))
-        except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
-            print(f"  raised {type(exc).__name__}: {exc}")
-            continue
-        show("now", got)
-        if kind == "answer":
-            show("the suite saw", seen)
-        elif kind == "dropped":
-            print(f"  the suite saw an answer too large to keep here: {seen}")
-        else:
-            print(f"  the suite saw an error: {seen}")
+    target = given(argv[1]) if len(argv) > 1 else default_target()
+    if target is None:
+        return 2
+    module = load(*target)
+    results = [replay(module, number, name, args, kind, seen) for number, (name, args, (kind, seen)) in enumerate(CALLS, 1)]
     print()
+    for line in EXPECTED[:1]:
+        print("the suite expected:", line)
+    for line in EXPECTED[1:]:
+        print(f"  {line} (in the run that failed)")
     print("violated:", VIOLATION)
     print("hint:", HINT)
+    print()
+    broken = [f"call {n} {r}" for n, r in enumerate(results, 1) if r in ("raises", "not finite")]
+    changed = [str(n) for n, r in enumerate(results, 1) if r == "changed"]
+    unknown = f" ({results.count('unknown')} answer(s) too large to keep were not compared)" if "unknown" in results else ""
+    if broken or not changed:
+        print(f"REPRODUCES: {', '.join(broken) or 'every answer is the one the suite judged a violation of ' + INVARIANT}{unknown}")
+        return 1
+    print(f"NO LONGER REPRODUCES: the answers to call(s) {', '.join(changed)} changed{unknown}. This script compares answers with "
+          f"the failing ones; it does not re-check the property. Confirm the fix: pytest --pyargs invariants --impl <your module> -k {INVARIANT}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))

@@ -2,6 +2,8 @@
 
     python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
+Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found.
+
 model.causal_non_leakage: Logits at positions < j do not depend on the ids at positions >= j: changing those leaves them exactly equal.
 """
 
@@ -13,25 +15,54 @@ from pathlib import Path
 import numpy as np
 
 nan, inf = float("nan"), float("inf")  # how repr writes non-finite floats, in the values below
+INVARIANT = 'model.causal_non_leakage'
 BACKEND, DTYPE = 'numpy', 'float64'
-TARGET = 'mask_after_softmax.py'
+TARGET = ('mask_after_softmax.py', '')  # (module: a path or a name, object in it or "")
+SEARCH = None  # the folder a module name was imported from; None for a path (a relative one: beside this script, else here)
 CALLS = [  # (function, arguments, what the suite got back)
-    ('gpt_logits', [np.array([[0, 0]], dtype='int64'), {'wte': np.array([[-1.40625, -0.734375], [0.453125, -0.171875]], dtype='float64'), 'wpe': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.28125, -0.015625], [-0.1953125, -0.21875]], dtype='float64'), 'W_k': np.array([[-0.1953125, 0.3984375], [0.203125, -0.640625]], dtype='float64'), 'W_v': np.array([[0.6796875, 0.1796875], [-0.28125, 0.2890625]], dtype='float64'), 'W_o': np.array([[-0.234375, 0.1328125], [-0.8515625, -0.15625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64')}], 'lnf_g': np.array([1.0, 1.0], dtype='float64'), 'lnf_b': np.array([0.0, 0.0], dtype='float64')}, 2], ('answer', np.array([[[0.6718277904301707, -0.6249560841210886], [0.6717889329877379, -0.6249199376630126]]], dtype='float64'))),
-    ('gpt_logits', [np.array([[0, 1]], dtype='int64'), {'wte': np.array([[-1.40625, -0.734375], [0.453125, -0.171875]], dtype='float64'), 'wpe': np.array([[0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.28125, -0.015625], [-0.1953125, -0.21875]], dtype='float64'), 'W_k': np.array([[-0.1953125, 0.3984375], [0.203125, -0.640625]], dtype='float64'), 'W_v': np.array([[0.6796875, 0.1796875], [-0.28125, 0.2890625]], dtype='float64'), 'W_o': np.array([[-0.234375, 0.1328125], [-0.8515625, -0.15625]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0], dtype='float64')}], 'lnf_g': np.array([1.0, 1.0], dtype='float64'), 'lnf_b': np.array([0.0, 0.0], dtype='float64')}, 2], ('answer', np.array([[[0.6718281195820042, -0.624956390308841], [-0.6718410106558264, 0.6249683820054198]]], dtype='float64'))),
+    ('gpt_logits', [np.array([[0, 0]], dtype='int64'), {'wte': np.array([[-2.109375, -0.109375, 0.046875], [0.046875, 0.90625, -1.3125]], dtype='float64'), 'wpe': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.828125, 1.1640625, -0.5234375], [1.4453125, -0.53125, -0.6015625], [-0.265625, 0.1484375, -0.34375]], dtype='float64'), 'W_k': np.array([[-0.7421875, 0.1328125, 0.4453125], [-0.265625, 0.109375, 0.4375], [0.046875, 0.1640625, 0.0078125]], dtype='float64'), 'W_v': np.array([[0.078125, 0.1640625, -0.28125], [0.578125, 0.203125, 0.453125], [-0.421875, 0.9140625, -0.328125]], dtype='float64'), 'W_o': np.array([[-1.4453125, 0.640625, 0.0], [0.9453125, -0.3671875, 0.4453125], [0.2109375, 0.65625, -0.0859375]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}], 'lnf_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'lnf_b': np.array([0.0, 0.0, 0.0], dtype='float64')}, 3], ('answer', np.array([[[2.9378890815955567, -0.7162990877684178], [2.9023752916499883, -0.9780244040764846]]], dtype='float64'))),
+    ('gpt_logits', [np.array([[0, 1]], dtype='int64'), {'wte': np.array([[-2.109375, -0.109375, 0.046875], [0.046875, 0.90625, -1.3125]], dtype='float64'), 'wpe': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'blocks': [{'ln1_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln1_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W_q': np.array([[-0.828125, 1.1640625, -0.5234375], [1.4453125, -0.53125, -0.6015625], [-0.265625, 0.1484375, -0.34375]], dtype='float64'), 'W_k': np.array([[-0.7421875, 0.1328125, 0.4453125], [-0.265625, 0.109375, 0.4375], [0.046875, 0.1640625, 0.0078125]], dtype='float64'), 'W_v': np.array([[0.078125, 0.1640625, -0.28125], [0.578125, 0.203125, 0.453125], [-0.421875, 0.9140625, -0.328125]], dtype='float64'), 'W_o': np.array([[-1.4453125, 0.640625, 0.0], [0.9453125, -0.3671875, 0.4453125], [0.2109375, 0.65625, -0.0859375]], dtype='float64'), 'ln2_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'ln2_b': np.array([0.0, 0.0, 0.0], dtype='float64'), 'W1': np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype='float64'), 'b1': np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype='float64'), 'W2': np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype='float64'), 'b2': np.array([0.0, 0.0, 0.0], dtype='float64')}], 'lnf_g': np.array([1.0, 1.0, 1.0], dtype='float64'), 'lnf_b': np.array([0.0, 0.0, 0.0], dtype='float64')}, 3], ('answer', np.array([[[2.9359893825215946, -0.7392121371191309], [-0.21591221128703808, 2.7202514554045774]]], dtype='float64'))),
 ]
-VIOLATION = 'logits at positions < 1=different values, but should be exactly equal (bitwise, == per element) [gpt_logits(ids[1, 2], params, n_heads=2) with ids[:, 1:] changed]\n  mismatched 2 of 2 elements (100.0%); exact equality required\n  worst at index (0, 0, 0): got 0.67182812, expected 0.67182779\n  max abs error 3.29e-07, max rel error 4.9e-07'
+EXPECTED = ('logits at positions < 1 should be exactly equal (bitwise, == per element)', 'worst at index (0, 0, 1): got -0.739212137, expected -0.716299088')  # what the suite expected, in its own words
+VIOLATION = 'logits at positions < 1=different values, but should be exactly equal (bitwise, == per element) [gpt_logits(ids[1, 2], params, n_heads=3) with ids[:, 1:] changed]\n  mismatched 2 of 2 elements (100.0%); exact equality required\n  worst at index (0, 0, 1): got -0.739212137, expected -0.716299088\n  max abs error 0.0229, max rel error 0.032'
 HINT = "the blocks run without the causal mask (causal=False passed, or the mask built for the wrong positions or only up to some length: a buffer for a fixed block size, a kernel masking only within its tiles, see the length in the call): a token's logits may not see the tokens after it"
 
 
-def load(target):
-    """A module name or a .py file, either followed by :object (an adapter), as --impl takes them."""
-    where, _, attribute = (target, "", "") if Path(target).is_file() else target.partition(":")
+def default_target():
+    """TARGET where the suite ran it, as (module, object); None, having said why, when it is not there any more."""
+    where, attribute = TARGET
+    if SEARCH is None:
+        places = [Path(where)] if Path(where).is_absolute() else [Path(__file__).resolve().parent / where, Path.cwd() / where]
+        where = next((str(place) for place in places if place.exists()), None)
+    else:
+        places = [Path(SEARCH)]
+        if places[0].is_dir():
+            sys.path.insert(0, SEARCH)
+        else:
+            where = None
+    if where is None:
+        print(f"{Path(__file__).name} was written for {TARGET[0]}, which is not at {' or '.join(map(str, places))} any more: "
+              f"give the module to run it on: python {Path(__file__).name} path/to/your_module.py", file=sys.stderr)
+        return None
+    return where, attribute
+
+
+def given(target):
+    """A target from the command line, as --impl takes it: a module name, a .py file or a package folder, either + :object."""
+    return (target, "") if Path(target).exists() else tuple(target.partition(":")[::2])
+
+
+def load(where, attribute):
+    """The module at `where` (a .py file, a package folder or a module name), or its `attribute` (an adapter object)."""
     path = Path(where)
     if path.suffix == ".py":
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+    elif path.is_dir():
+        sys.path.insert(0, str(path.resolve().parent))
+        module = importlib.import_module(path.resolve().name)
     else:
         module = importlib.import_module(where)
     for part in filter(None, attribute.split(".")):
@@ -71,26 +102,66 @@ def show(label, value):
         print(f"  {name}: {part.dtype} {part.shape}", np.array2string(part, precision=6, threshold=48))
 
 
+def same(now, seen):
+    """now is the answer the suite saw: the same parts, shapes, dtypes and values (NaN where it had NaN)."""
+    if isinstance(now, tuple) or isinstance(seen, tuple):
+        return isinstance(now, tuple) and isinstance(seen, tuple) and len(now) == len(seen) and all(map(same, now, seen))
+    now, seen = np.asarray(now), np.asarray(seen)
+    floats = now.dtype.kind in "fc" and seen.dtype.kind in "fc"
+    return now.dtype == seen.dtype and now.shape == seen.shape and bool(np.array_equal(now, seen, equal_nan=floats))
+
+
+def finite(value):
+    parts = value if isinstance(value, tuple) else (value,)
+    return all(np.isfinite(part).all() for part in map(np.asarray, parts) if part.dtype.kind in "fc")
+
+
+def replay(module, number, name, args, kind, seen):
+    """Call `name` as the suite did and show both answers; how it compares: same, changed, raises, not finite or unknown."""
+    print(f"call {number}: {name}(...)")
+    try:
+        got = to_numpy(getattr(module, name)(*to_backend(args)))
+    except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
+        print(f"  raised {type(exc).__name__}: {exc}")
+        print(f"  the suite saw an error: {seen}" if kind == "error" else "  the suite saw an answer")
+        return "same" if kind == "error" else "raises"
+    show("now", got)
+    if kind == "dropped":
+        print(f"  the suite saw an answer too large to keep here: {seen}")
+        return "unknown"
+    if kind == "error":
+        print(f"  the suite saw an error: {seen}")
+        return "changed"
+    show("the suite saw", seen)
+    if not finite(got) and finite(seen):
+        return "not finite"
+    return "same" if same(got, seen) else "changed"
+
+
 def main(argv):
-    module = load(argv[1] if len(argv) > 1 else TARGET)
-    for number, (name, args, (kind, seen)) in enumerate(CALLS, 1):
-        print(f"call {number}: {name}(...)")
-        try:
-            got = to_numpy(getattr(module, name)(*to_backend(args)))
-        except Exception as exc:  # noqa: BLE001 - the student's code: show what it raised
-            print(f"  raised {type(exc).__name__}: {exc}")
-            continue
-        show("now", got)
-        if kind == "answer":
-            show("the suite saw", seen)
-        elif kind == "dropped":
-            print(f"  the suite saw an answer too large to keep here: {seen}")
-        else:
-            print(f"  the suite saw an error: {seen}")
+    target = given(argv[1]) if len(argv) > 1 else default_target()
+    if target is None:
+        return 2
+    module = load(*target)
+    results = [replay(module, number, name, args, kind, seen) for number, (name, args, (kind, seen)) in enumerate(CALLS, 1)]
     print()
+    for line in EXPECTED[:1]:
+        print("the suite expected:", line)
+    for line in EXPECTED[1:]:
+        print(f"  {line} (in the run that failed)")
     print("violated:", VIOLATION)
     print("hint:", HINT)
+    print()
+    broken = [f"call {n} {r}" for n, r in enumerate(results, 1) if r in ("raises", "not finite")]
+    changed = [str(n) for n, r in enumerate(results, 1) if r == "changed"]
+    unknown = f" ({results.count('unknown')} answer(s) too large to keep were not compared)" if "unknown" in results else ""
+    if broken or not changed:
+        print(f"REPRODUCES: {', '.join(broken) or 'every answer is the one the suite judged a violation of ' + INVARIANT}{unknown}")
+        return 1
+    print(f"NO LONGER REPRODUCES: the answers to call(s) {', '.join(changed)} changed{unknown}. This script compares answers with "
+          f"the failing ones; it does not re-check the property. Confirm the fix: pytest --pyargs invariants --impl <your module> -k {INVARIANT}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))
