@@ -22,7 +22,8 @@ The protocol-function factories (`layer_norm`, `attention`, `cross_attention`, `
 protocol's signature. For a torch module the weights go in through `torch.func.functional_call`:
 nothing is copied, so autograd reaches the suite's tensors; any other object (a numpy class) gets
 them as attributes for the length of the call, and its own values back afterwards. `call`,
-`module`, `capture` and `causal_mask` are the pieces, for adapters that need something else.
+`module`, `capture`, `substitute` and `causal_mask` are the pieces, for adapters that need something else
+(`substitute` and `capture(..., inputs=True)` run an attention core on the suite's q, k and v: docs/adapters.md).
 
 Errors: `gpt_logits` turns the library's own refusal of bad ids (IndexError, RuntimeError, ...)
 into the protocol's ValueError, only when the ids are bad (ids outside [0, V) or T > max_len),
@@ -44,7 +45,7 @@ import numpy as np
 
 __all__ = [
     "T", "cat", "heads", "zeros", "norm", "under", "each", "weights",
-    "module", "quiet", "call", "capture", "causal_mask", "bad_ids",
+    "module", "quiet", "call", "capture", "substitute", "causal_mask", "bad_ids",
     "layer_norm", "attention", "cross_attention", "feed_forward", "transformer_block", "decoder_block", "gpt_logits", "cross_entropy",
     "gpt_param_count",
 ]
@@ -266,8 +267,9 @@ def call(target, values, *args, forward=None, **kwargs):
 
 
 @contextmanager
-def capture(target, name):
-    """Collect what target's submodule `name` outputs during the block (a forward hook); for another object, its attribute `name` after."""
+def capture(target, name, *, inputs=False):
+    """Collect what target's submodule `name` outputs (inputs=True: its first input) during the block (a forward hook); for
+    another object, its attribute `name` after."""
     seen = []
     if not _nn_module(target):
         try:
@@ -275,11 +277,31 @@ def capture(target, name):
         finally:
             seen.append(operator.attrgetter(name)(target))
         return
-    handle = target.get_submodule(name).register_forward_hook(lambda _module, _inputs, output: seen.append(output))
+    submodule = target.get_submodule(name)
+    if inputs:
+        handle = submodule.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    else:
+        handle = submodule.register_forward_hook(lambda _module, _inputs, output: seen.append(output))
     try:
         yield seen
     finally:
         handle.remove()
+
+
+@contextmanager
+def substitute(target, outputs):
+    """Make each submodule `name` of target return outputs[name] instead of what it computes, during the block (forward hooks).
+
+    An attention core that cannot be called alone runs on the suite's q, k and v this way: substitute
+    the q, k and v projections' outputs, make RoPE the identity, capture the output projection's input.
+    """
+    handles = [target.get_submodule(name).register_forward_hook(lambda _module, _inputs, _output, value=value: value)
+               for name, value in outputs.items()]
+    try:
+        yield target
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def causal_mask(x, causal=True, *, additive=False):

@@ -43,6 +43,15 @@ EPS_IN_REAL_CODE = "real norms use 1e-12 (BERT) to 1e-3 (Keras), most 1e-5 (GPT-
 # 0.1-0.2 s at 64 as at 4); FEED_FORWARD_RATIO = 50,000 drew weights until the parent hit its 8 GiB cap.
 RATIO_BOUNDS = (1, 64)
 RATIO_IN_REAL_CODE = "real networks use 4 (GPT-2, BERT, ViT), 8 (M2M-100), 16 (T5-3B), at most 64 (T5-11B)"
+# RoPE base θ: 10,000 in RoFormer, GPT-NeoX, GPT-J, Llama 1 and 2, Mistral 7B v0.1 (the smallest in use); 500,000 in Llama 3;
+# 1,000,000 in CodeLlama, Qwen2 and Mistral-Nemo; 10,000,000 in Qwen2.5-7B-Instruct-1M (the largest). θ_0 = 1 at any base,
+# so pair 0 turns by p radians whatever is declared, and the rope invariants still see every pair rotate at 10,000.
+THETA_BOUNDS = (1e4, 1e7)
+THETA_IN_REAL_CODE = "real RoPE uses 10,000 (Llama 2), 500,000 (Llama 3), 1,000,000 (Qwen2, CodeLlama), at most 10,000,000 (Qwen2.5-1M)"
+# Tokens per decode chunk after the prefill: 1 in the one-token generate loops of from-scratch decoders; the suite draws at
+# most 6 tokens per sequence, so any limit of 6 or more narrows nothing; 2**31 - 1 is an int32's largest.
+CHUNK_BOUNDS = (1, 2**31 - 1)
+CHUNK_IN_REAL_CODE = "one-token steps (1) in most generate loops; chunked prefill and speculative decoding take more"
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,22 @@ CONVENTIONS = {
         Convention("SLIDING_WINDOW", (True, False), True,
                    "False (no sliding window, as transformers' Llama): gqa_attention and the Llama functions are always passed "
                    "window=None and the window invariants are skipped"),
+        Convention("ROPE_THETA", (float,), None,
+                   "rope and the Llama functions are drawn with this RoPE base only (undeclared: 10,000, 500,000 and 100), for code "
+                   "whose base is fixed", bounds=THETA_BOUNDS, real=THETA_IN_REAL_CODE),
+        Convention("COMPUTE_DTYPE", ("float32",), None,
+                   "'float32' (RMSNorm, RoPE or the softmax computed in float32 whatever the input dtype): in a float64 run the "
+                   "modern decoder's invariants held to float64 rounding are skipped, the exact ones still run; float32 and "
+                   "narrower runs are unchanged"),
+        Convention("MAX_DECODE_CHUNK", (int,), None,
+                   "llama_decode is drawn with at most this many tokens in every chunk after the prefill (1: one-token steps)",
+                   bounds=CHUNK_BOUNDS, real=CHUNK_IN_REAL_CODE),
+        Convention("PREFILL_WITHIN_WINDOW", (True, False), False,
+                   "True (a cache of w slots that refuses a longer prompt): with a window w, llama_decode's prefill and llama_logits' "
+                   "and llama_block's whole sequences are drawn with at most w tokens"),
+        Convention("KEY_MASK", (True, False), True,
+                   "False (an attention core without a key-padding mask, as most Llama code): gqa_attention is always passed "
+                   "key_mask=None and the invariants of padding are skipped"),
         Convention("CAUSAL_ALIGNMENT", ("bottom_right", "top_left"), "bottom_right",
                    "'top_left' (SDPA's is_causal when L != S: query i sees keys 0..i): gqa_attention is drawn with as many queries "
                    "as keys only and the invariant of queries shorter than keys is skipped"),
@@ -175,6 +200,15 @@ def first_reason(*conditions):
 
 NO_ENCODER_MODE = declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (causal=False), which this invariant is about")
 NO_DECODER_MODE = declared_skip("ENCODER_ONLY", bool, "it has no decoder mode (causal=True), which this invariant is about")
+
+
+def rounds_in_float32(impl):
+    """An `applies=` function: a Declared reason where impl computes in float32 (COMPUTE_DTYPE) and the run is float64, else None."""
+    if declared(impl, "COMPUTE_DTYPE") == "float32" and impl.dtype == "float64":
+        return Declared(f"{impl.label} declares COMPUTE_DTYPE = 'float32': a float64 run cannot hold its float32 steps to float64 "
+                        "rounding, which this invariant needs (the float32 run checks it: --impl-dtype float32)")
+    return None
+
 
 
 # -- what a declaration means, for the invariants that read it -------------------------------

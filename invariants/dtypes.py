@@ -36,6 +36,7 @@ from invariants.conventions import (
     returns_weights,
     rms_norm_eps,
 )
+from invariants.decoding import schedules_for
 from invariants.moe import moe_params_for
 from invariants.norms import gains_and_biases_for
 from invariants.protocol import FUNCTIONS
@@ -46,7 +47,6 @@ from strategies.core import attention_shapes, float_arrays, integers, sampled_fr
 from strategies.decoder import (
     cross_args,
     cross_inputs,
-    decode_schedules,
     decoder_block_params,
     gqa_args,
     gqa_inputs,
@@ -354,11 +354,11 @@ def llama_logits_keeps_dtype(impl, case):
 
 @invariant(requires=("llama_decode",), hint=_hint("llama_decode's logits are not in the params' dtype: the cache or the head upcast"))
 def llama_decode_keeps_dtype(impl, case):
-    """llama_decode(ids, params, ..., chunks) returns logits in the params' dtype (and integer cache sizes)."""
+    """llama_decode(ids, params, ..., chunks) returns logits in the params' dtype."""
     config = _llama_config(impl, case)
     params = case.draw(llama_params(config), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=1, min_seq=2, max_seq=3), "ids")
-    chunks = case.draw(decode_schedules(ids.shape[1]), "chunks")
+    chunks = case.draw(schedules_for(impl, ids.shape[1], config.window), "chunks")  # the chunks it declares it takes
     args = (ids, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window, chunks)
     call = _call(impl, "llama_decode", args)
     answer = impl.llama_decode(*args)

@@ -7,8 +7,10 @@ params, ...) embeds, runs the blocks, normalises and applies an untied head W_ou
 decoding path (llama_decode, the KV cache) has its invariants in invariants/decoding.py.
 
 What is drawn follows the declarations: q/k/v biases (Qwen2) only under QKV_BIASES = True, no
-window under SLIDING_WINDOW = False, the RMSNorm eps RMS_NORM_EPS (else 1e-5), and the pairing
-ROPE_PAIRING (undeclared: either pairing's reference, one for the whole call).
+window under SLIDING_WINDOW = False, the RMSNorm eps RMS_NORM_EPS (else 1e-5), the pairing
+ROPE_PAIRING (undeclared: either pairing's reference, one for the whole call), the base ROPE_THETA,
+whole sequences of at most w tokens under PREFILL_WITHIN_WINDOW; under COMPUTE_DTYPE = "float32" a
+float64 run skips the invariants held to float64 rounding.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
-from invariants.conventions import declared, rms_norm_eps
+from invariants.conventions import declared, rms_norm_eps, rounds_in_float32
 from invariants.registry import invariant
 from invariants.rope import assert_close_to_a_pairing, rope_pairings
 from invariants.tolerance import agreement_tolerance
@@ -32,11 +34,21 @@ _BLOCK_OUTPUTS = ("W_o", "W_down")  # what the two sublayers' outputs are made o
 
 
 def draw_config(impl, case, **options):
-    """A LlamaConfig impl can take: q/k/v biases only if it declares QKV_BIASES = True, no window under SLIDING_WINDOW = False."""
+    """A LlamaConfig impl can take: q/k/v biases only if it declares QKV_BIASES = True, no window under SLIDING_WINDOW = False,
+    its ROPE_THETA as the base where it declares one."""
     options.setdefault("qkv_bias", None if declared(impl, "QKV_BIASES") else False)
     if not declared(impl, "SLIDING_WINDOW"):
         options["windowed"] = False
+    if declared(impl, "ROPE_THETA") is not None:
+        options["bases"] = (declared(impl, "ROPE_THETA"),)
     return case.draw(llama_configs(**options), "config")
+
+
+def max_whole_sequence(impl, config, longest=6):
+    """The longest sequence impl takes in one forward: at most w under PREFILL_WITHIN_WINDOW with a window, else `longest`."""
+    if config.window is not None and declared(impl, "PREFILL_WITHIN_WINDOW"):
+        return min(longest, config.window)
+    return longest
 
 
 def silenced(params):
@@ -101,8 +113,10 @@ def model_condition(impl, ids, params, config):
 
 
 def _block_case(impl, case, *, min_seq=1, **options):
+    if declared(impl, "PREFILL_WITHIN_WINDOW"):
+        options["min_window"] = min_seq  # a window that takes min_seq tokens in one forward
     config = draw_config(impl, case, **options)
-    shape = case.draw(st.tuples(integers(1, 2), integers(min_seq, 6)), "(batch, seq)")
+    shape = case.draw(st.tuples(integers(1, 2), integers(min_seq, max_whole_sequence(impl, config))), "(batch, seq)")
     x = case.draw(float_arrays((*shape, config.d_model)), "x")  # (B, T, d)
     return config, x, case.draw(llama_block_params(config), "params")
 
@@ -168,6 +182,7 @@ def _running_mean_of_values(impl, x, params, config):
     hint="RoPE is applied to the values (it belongs on q and k only: rotated values make the output depend on absolute "
     "positions), the values are taken before the norm, or the weights of a zero query are not uniform over the visible keys "
     "(a mask that is missing or not causal)",
+    applies=rounds_in_float32,
 )
 def values_are_not_rotated(impl, case):
     """With W_q = 0 (every score 0: uniform weights) and W_down = 0, the block is x + (each position's mean of the values it may see)·W_o,
@@ -188,6 +203,7 @@ def values_are_not_rotated(impl, case):
     hint="the block differs from Llama's: RMSNorm (not LayerNorm, eps inside the root) before each sublayer, attention then "
     "SwiGLU in sequence, grouped-query heads in repeat-interleave order, RoPE θ_i = rope_base^(-2i/D) in the declared pairing, "
     "the q/k/v biases used when given (QKV_BIASES = True), the window as min(p + 1, w) keys",
+    applies=rounds_in_float32,
 )
 def block_agrees_with_reference(impl, case):
     """llama_block agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
@@ -204,11 +220,18 @@ def block_agrees_with_reference(impl, case):
     assert_close_to_a_pairing(impl, got, answers, "llama_block output", tol.at_scale(scale), call)
 
 
-def model_case(impl, case, *, min_seq=1, **options):
-    """Draw a config, a params tree and ids (B, T) for llama_logits and llama_decode."""
+def model_case(impl, case, *, min_seq=1, decoding=False, edge=False, **options):
+    """Draw a config, a params tree and ids (B, T) for llama_logits and llama_decode.
+
+    decoding: the ids may be longer than one forward takes (only llama_decode's prefill is bounded by
+    PREFILL_WITHIN_WINDOW); edge: more tokens than the window (w + 1 to 6).
+    """
+    if declared(impl, "PREFILL_WITHIN_WINDOW") and not decoding:
+        options["min_window"] = max(min_seq, options.get("min_window", 1))
     config = draw_config(impl, case, **options)
     params = case.draw(llama_params(config), "params")
-    ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min_seq, max_seq=6), "ids")
+    low, high = (config.window + 1, 6) if edge else (min_seq, 6 if decoding else max_whole_sequence(impl, config))
+    ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=low, max_seq=high), "ids")
     return config, params, ids
 
 
@@ -233,15 +256,21 @@ def model_causal_non_leakage(impl, case):
     requires=("llama_logits",),
     hint="the model differs from the protocol's Llama: embeddings not scaled, the blocks in order, a final RMSNorm (norm) and "
     "an untied head W_out (d, V) — not the embedding table transposed",
+    applies=rounds_in_float32,
 )
 def logits_agree_with_reference(impl, case):
     """llama_logits agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
     config, params, ids = model_case(impl, case)
     call = model_call(config, ids)
-    got = _logits(impl, ids, params, config, call)
+    logits_against_reference(impl, _logits(impl, ids, params, config, call), ids, params, config, "logits", call)
+
+
+def logits_against_reference(impl, got, ids, params, config, what, call):
+    """got (B, T, V) is within the agreement tolerance of the float64 reference's llama_logits in a pairing impl may follow."""
+    __tracebackhide__ = True
     answers = reference_with_pairings(impl, "llama_logits", (ids, params, *sizes(config)))
     tol = agreement_tolerance(impl.dtype)
     if impl.dtype != "float64":
         tol = tol.scaled(ROUNDINGS * max(1, config.n_layers)).conditioned(model_condition(impl, ids, params, config))
     scale = max(float(np.abs(a).max()) for a in answers.values())
-    assert_close_to_a_pairing(impl, got, answers, "logits", tol.at_scale(scale), call)
+    assert_close_to_a_pairing(impl, got, answers, what, tol.at_scale(scale), call)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
-from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
+from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason, rounds_in_float32
 from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, gqa_call, sees_a_key, value_scale, visible
 from invariants.registry import invariant
 from strategies.core import float_arrays, integers
@@ -26,6 +26,7 @@ _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "i
 _NO_WINDOW = first_reason(  # a sliding window is defined on causal attention only
     NO_DECODER_MODE, declared_skip("SLIDING_WINDOW", lambda supported: not supported, "it has no sliding window, which this invariant is about"))
 _WINDOW_AND_WEIGHTS = first_reason(_NO_WINDOW, _NO_WEIGHTS)
+_NO_KEY_MASK = declared_skip("KEY_MASK", lambda supported: not supported, "it takes no key-padding mask, which this invariant is about")
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new keys and values: other finite values of any moderate size
 
 
@@ -79,7 +80,7 @@ def window_outside_keys_ignored(impl, case):
     requires=("gqa_attention",),
     hint="a window that covers every key is not plain causal attention: the causal mask is dropped when the window is large "
     "(a shortcut 'the window covers everything, no mask needed'), or the window wraps around (a modulo on positions)",
-    applies=_NO_WINDOW,
+    applies=first_reason(_NO_WINDOW, rounds_in_float32),
 )
 def window_covering_all_keys_is_causal(impl, case):
     """A window w >= S (every key within reach) gives the same outputs and weights as causal attention without a window, to rounding."""
@@ -100,6 +101,7 @@ def window_covering_all_keys_is_causal(impl, case):
     hint="the key mask is applied to the wrong axis (to the queries, as a row mask) or inverted (True taken as 'padded'), "
     "or hidden keys still reach the output: the mask is applied after the softmax (they stay in the denominator) or only to "
     "the keys and not to the values",
+    applies=_NO_KEY_MASK,
 )
 def padding_hidden_keys_ignored(impl, case):
     """Replacing the keys and values the key mask hides leaves every output and weight of the queries that see a key exactly
@@ -147,6 +149,7 @@ def _check_fully_masked_rows(impl, inputs, out, weights, call):
     "with no visible key, as SDPA does since pytorch/pytorch#103749), or a finite sentinel (-1e9, finfo.min) gives it uniform "
     "weights while FULLY_MASKED_ROWS says 'zeros' (declare 'uniform' if that is intended), or two additive finfo.min masks "
     "summed to -inf",
+    applies=_NO_KEY_MASK,
 )
 def fully_masked_rows(impl, case):
     """A query that sees no key (its visible keys all padded) gets finite values: zero output and weights by default, or the
@@ -166,7 +169,7 @@ def fully_masked_rows(impl, case):
     "NVIDIA-NeMo/Automodel#2658), and a score plus finfo.min overflows in float16; or the mask value is a -1e9 sentinel, "
     "which is -inf in float16 (google/flax#982); either way a fully masked row becomes NaN. Compose the masks as booleans "
     "(or clamp at finfo.min)",
-    applies=NO_DECODER_MODE,
+    applies=first_reason(NO_DECODER_MODE, rounds_in_float32),
 )
 def masks_compose_in_low_precision(impl, case):
     """With causal, window and padding masks composed and scores of size up to ~100, every output and weight is finite, hidden keys

@@ -16,7 +16,17 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
-from invariants.conventions import PROTOCOL_EPS, Declared, declared, declared_skip, has_layer_norm_bias, layer_norm_eps, rms_norm_eps
+from invariants.conventions import (
+    PROTOCOL_EPS,
+    Declared,
+    declared,
+    declared_skip,
+    first_reason,
+    has_layer_norm_bias,
+    layer_norm_eps,
+    rms_norm_eps,
+    rounds_in_float32,
+)
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from strategies.core import integers
@@ -186,7 +196,7 @@ def layer_norm_known_values(impl, case):
 @invariant(
     requires=("rms_norm",),
     hint="eps is added outside the square root, or the mean (not the mean square) is used: rms(c·x) = sign(c)·rms_{ε/c²}(x) needs x/√(mean(x²) + ε)",
-    applies=_FIXED_RMS_EPS,
+    applies=first_reason(_FIXED_RMS_EPS, rounds_in_float32),
 )
 def rms_norm_scale_law(impl, case):
     """rms_norm(c·x, eps) = sign(c)·rms_norm(x, eps/c²) for every c ≠ 0 (so rms_norm is odd): bitwise for powers of two on the CPU."""
@@ -206,7 +216,7 @@ def rms_norm_scale_law(impl, case):
 @invariant(
     requires=("rms_norm", "layer_norm"),
     hint="rms_norm centres its input (that is layer_norm), or one of the two uses another variance or eps placement",
-    applies=_different_eps,
+    applies=first_reason(_different_eps, rounds_in_float32),
 )
 def rms_norm_of_centred_is_layer_norm(impl, case):
     """rms_norm(x - mean(x)) = layer_norm(x) row by row, with gain 1, bias 0 and the same eps."""
@@ -240,6 +250,7 @@ def layer_norm_agrees_with_reference(impl, case):
 @invariant(
     requires=("rms_norm",),
     hint="a convention differs from RMSNorm's: divide by √(mean(x²) + ε), no centring, gain but no bias",
+    applies=rounds_in_float32,
 )
 def rms_norm_agrees_with_reference(impl, case):
     """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
@@ -274,7 +285,7 @@ def layer_norm_large_rows(impl, case):
     assert_agrees_with_reference(impl, "layer_norm", (x, g, b, eps), got, "layer_norm(x, g, b)", factor=4, call=call)
 
 
-@invariant(requires=("rms_norm",), hint=f"rms_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}")
+@invariant(requires=("rms_norm",), hint=f"rms_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}", applies=rounds_in_float32)
 def rms_norm_large_rows(impl, case):
     """rms_norm of rows of size up to about ±12,000 (representable in every dtype) is finite and agrees with the reference.
 

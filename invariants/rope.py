@@ -21,9 +21,9 @@ import numpy as np
 
 import reference.numpy as ref
 from invariants.asserts import as_array, assert_close, assert_equal, assert_shape
-from invariants.conventions import declared
+from invariants.conventions import declared, rounds_in_float32
 from invariants.registry import invariant
-from invariants.tolerance import Tolerance, agreement_tolerance
+from invariants.tolerance import Tolerance, agreement_tolerance, tolerance_for
 from strategies.core import float_arrays, integers
 from strategies.decoder import rope_inputs
 
@@ -35,6 +35,13 @@ def rope_pairings(impl):
     """The pairings impl's RoPE may follow: the one its ROPE_PAIRING declares, else both ("half_split", "interleaved")."""
     pairing = declared(impl, "ROPE_PAIRING")
     return ref.ROPE_PAIRINGS if pairing is None else (pairing,)
+
+
+def draw_rope_inputs(impl, case, label, **options):
+    """rope_inputs(**options) for impl: its ROPE_THETA as the only base where it declares one."""
+    if declared(impl, "ROPE_THETA") is not None:
+        options["bases"] = (declared(impl, "ROPE_THETA"),)
+    return case.draw(rope_inputs(**options), label)
 
 
 def angle_error(impl, max_position):
@@ -66,7 +73,18 @@ def assert_close_to_a_pairing(impl, got, answers, what, tol, call):
         note = f"held to the {closest} pairing, the closer one: either pairing passes, one pairing for the whole call"
     else:
         note = f"held to the {closest} pairing that {impl.label} declares (ROPE_PAIRING = {closest!r})"
+    if _float32_sized(impl, values, answers[closest]):
+        note += "; its errors are of float32 rounding size, not a convention's: code that computes in float32 by design declares "
+        note += "COMPUTE_DTYPE = 'float32'"
     assert_close(got, answers[closest], f"{what} ({note})", tol, call)
+
+
+def _float32_sized(impl, values, expected):
+    """Whether a float64 answer misses `expected` by no more than float32 rounding would (8 roundings at its scale)."""
+    if impl.dtype != "float64" or np.shape(values) != np.shape(expected) or not np.isfinite(values).all():
+        return False
+    scale = float(np.abs(expected).max(initial=0.0))
+    return bool(tolerance_for("float32").scaled(8).at_scale(scale).allows(values, expected).all())
 
 
 def partner(a, D, pairing):
@@ -97,10 +115,11 @@ def _rope(impl, x, positions, base, call):
     hint="the angle is not linear in the position alone: q and k are rotated by different rules (one pairing for q, another "
     "for k), the frequencies are laid out for one pairing and rotated in the other (rotate_half with interleaved cos/sin), "
     "the position is squared or offset per call, or the angle is computed in bfloat16",
+    applies=rounds_in_float32,
 )
 def relative_offsets(impl, case):
     """Shifting every position by s leaves each score rope(q, m)·rope(k, n) unchanged: scores depend on m - n only (to rounding)."""
-    inputs = case.draw(rope_inputs(), "q and its positions")
+    inputs = draw_rope_inputs(impl, case, "q and its positions")
     q, positions, base = inputs["x"], inputs["positions"], inputs["base"]
     k = case.draw(float_arrays(q.shape), "k (at the same positions)")
     shift = case.draw(integers(1, 64), "shift s")
@@ -119,10 +138,11 @@ def relative_offsets(impl, case):
     hint="it is not a rotation of pairs: cos without the partner's sin term (x·cos alone shrinks the vector), sin applied to "
     "the wrong partner (frequencies for one pairing, rotation in the other), a sign slip that turns the rotation into a "
     "reflection-and-scale, or pairs other than the declared pairing's (interleaved while ROPE_PAIRING says half-split, or neither)",
+    applies=rounds_in_float32,
 )
 def preserves_pair_norms(impl, case):
     """Each rotated pair keeps its norm: |(x'_a, x'_b)| = |(x_a, x_b)| for every pair (a, b) of the pairing, to rounding."""
-    inputs = case.draw(rope_inputs(), "inputs")
+    inputs = draw_rope_inputs(impl, case, "inputs")
     x = inputs["x"]
     call = _call(inputs)
     got = _rope(impl, x, inputs["positions"], inputs["base"], call).astype(np.float64)
@@ -145,10 +165,11 @@ def preserves_pair_norms(impl, case):
     requires=("rope",),
     hint="position 0 is not the identity: positions are counted from 1 (an off-by-one in arange(1, T + 1)), a constant "
     "phase is added to every angle, or the vector is scaled (cos and sin both applied without the rotation's structure)",
+    applies=rounds_in_float32,
 )
 def position_zero_is_identity(impl, case):
     """At position 0 (angle 0) rope returns its input exactly: cos 0 = 1 and sin 0 = 0."""
-    inputs = case.draw(rope_inputs(), "inputs")
+    inputs = draw_rope_inputs(impl, case, "inputs")
     x = inputs["x"]
     zeros = np.zeros_like(inputs["positions"])
     call = _call({**inputs, "positions": zeros})
@@ -161,6 +182,7 @@ def position_zero_is_identity(impl, case):
     "converted for one is wrong in the other), or the frequencies are wrong (θ_i = base^(-i/D), base^(-2i/(D - 2)), or the "
     "base ignored), or the rotation runs clockwise (x·cos + partner·sin for the first coordinate), or the angle p·θ is rounded "
     "to bfloat16 (cos and sin then miss by up to 1%)",
+    applies=rounds_in_float32,
 )
 def pairing_anchor(impl, case):
     """Rotating the basis vector e_a at position p gives exactly 0 outside a's pair (a, b) and (cos pθ_i, ±sin pθ_i) on it.
@@ -169,7 +191,7 @@ def pairing_anchor(impl, case):
     or, undeclared, either one for the whole call; θ_i = base^(-2i/D), counter-clockwise:
     e_first -> cos·e_first + sin·e_second. Exact zeros outside the pair (each is 0·cos - 0·sin), the pair to rounding.
     """
-    inputs = case.draw(rope_inputs(max_position=1024), "positions and base")
+    inputs = draw_rope_inputs(impl, case, "positions and base", max_position=1024)
     positions, base = inputs["positions"], inputs["base"]
     D, T = inputs["x"].shape[-1], len(positions)
     basis = np.broadcast_to(np.eye(D)[:, None, None, :], (D, 1, T, D)).copy()  # (D, 1, T, D): item a is e_a at every position
@@ -193,10 +215,11 @@ def pairing_anchor(impl, case):
     hint="the frequencies differ from θ_i = base^(-2i/D) (base^(-i/D), the base ignored or squared), the angle is computed in "
     "bfloat16 or float16 (positions past 256 become wrong; compute p·θ in float32 and round only cos and sin), or the pairing "
     "differs from the declared ROPE_PAIRING",
+    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """rope agrees with the float64 reference in its pairing (1e-10 in float64, the dtype tolerance otherwise, grown by the angle's rounding)."""
-    inputs = case.draw(rope_inputs(max_position=1024), "inputs")
+    inputs = draw_rope_inputs(impl, case, "inputs", max_position=1024)
     x, positions, base = inputs["x"], inputs["positions"], inputs["base"]
     call = _call(inputs)
     got = _rope(impl, x, positions, base, call)

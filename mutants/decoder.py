@@ -259,10 +259,11 @@ def _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, ca
         v = rope(v, positions, rope_base, pairing=pairing)
     if cache_repeated:
         k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)
+    held = np.asarray(positions)
     if cache is not None and extend_cache:
-        k, v = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2)
+        k, v, held = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2), np.concatenate([cache[2], held])
     heads, _ = gqa_attention(q, k, v, causal, None, window)
-    return merge_heads(heads) @ p["W_o"], (k, v)
+    return merge_heads(heads) @ p["W_o"], (k, v, held)
 
 
 @mutant(replaces="llama_attention", killed_by="llama.causal_non_leakage", bug="the block's attention called without the causal mask",
@@ -327,6 +328,55 @@ def cache_replaced(x, p, n_heads, n_kv_heads, positions, rope_base, window, cach
         bug="keys and values repeated for every query head before caching: right logits, H / H_kv times the cache")
 def cache_after_repeat_kv(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
     return _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, cache_repeated=True)  # BUG
+
+
+def _window_cache_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, *, see_later=False,
+                            trim_first=False, keep=None):
+    """Llama's attention on a window cache that holds (k, v, positions), the mask built from the keys' positions.
+
+    With a cache (after the prefill) one step can be switched: see_later (once the chunk passes the window, the ring is
+    taken as full and only the window is masked), trim_first (the cache cut to its last w keys before the chunk attends);
+    keep(w) is how many of the most recent keys the cache keeps after each chunk (w by default).
+    """
+    q = rope(split_heads(project(x, p["W_q"], p.get("b_q")), n_heads), positions, rope_base, pairing=pairing)  # (B, H, T, D)
+    k = rope(split_heads(project(x, p["W_k"], p.get("b_k")), n_kv_heads), positions, rope_base, pairing=pairing)  # (B, H_kv, T, D)
+    v = split_heads(project(x, p["W_v"], p.get("b_v")), n_kv_heads)
+    held = np.asarray(positions)
+    if cache is not None:
+        k, v, held = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2), np.concatenate([cache[2], held])
+        if trim_first and window is not None:
+            k, v, held = k[:, :, -window:], v[:, :, -window:], held[-window:]  # BUG (trim_first): before the chunk attends
+    query, key = np.asarray(positions)[:, None], held[None, :]  # (T, 1), (1, S)
+    full = see_later and cache is not None and window is not None and query.max() >= window
+    seen = np.ones((len(query), len(held)), dtype=bool) if full else key <= query  # BUG (see_later): no causal part once full
+    if window is not None:
+        seen = seen & (key > query - window)
+    group = n_heads // n_kv_heads
+    scores = q @ repeat_kv(k, group).swapaxes(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
+    heads = ref.masked_softmax(scores, np.broadcast_to(seen, scores.shape)) @ repeat_kv(v, group)  # (B, H, T, D)
+    if window is not None:
+        first = max(len(held) - (window if keep is None else keep(window)), 0)  # keep the most recent keys only
+        k, v, held = k[:, :, first:], v[:, :, first:], held[first:]
+    return merge_heads(heads) @ p["W_o"], (k, v, held)
+
+
+@mutant(replaces="llama_attention", killed_by="decoding.decode_matches_full_forward",
+        bug="a ring-buffer window cache whose multi-token chunk, once past the window, lets a query see the chunk's later keys")
+def ring_chunk_sees_later_keys(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    return _window_cache_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, see_later=True)  # BUG
+
+
+@mutant(replaces="llama_attention", killed_by="decoding.decode_matches_full_forward",
+        bug="a window cache trimmed to w keys before a multi-token chunk attends: the chunk's earlier queries lose keys they see")
+def window_trimmed_before_chunk_attends(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    return _window_cache_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, trim_first=True)  # BUG
+
+
+@mutant(replaces="llama_attention", killed_by="decoding.cache_size_law",
+        bug="a window cache that keeps w - 2 keys: the next query's w - 1 predecessors are not all there")
+def window_cache_keeps_too_little(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    return _window_cache_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing,
+                                   keep=lambda w: max(w - 2, 0))  # BUG: w - 1 are needed
 
 
 # -- cross-attention and the decoder block ---------------------------------------------------------------------------

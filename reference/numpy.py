@@ -41,7 +41,7 @@ __all__ = [
     "ROPE_BASE", "ROPE_PAIRINGS", "FULLY_MASKED", "ROPE_PAIRING", "QKV_BIASES", "FULLY_MASKED_ROWS",
     "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
     "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
-    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_size", "llama_decode",
+    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_positions", "llama_decode",
     "cross_attention", "decoder_block",
 ]
 
@@ -414,17 +414,20 @@ def chunk_positions(past_length, n):
 def llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
     """Llama's attention sublayer on new tokens x (B, T, d) at `positions`, after a cache of (k, v), each (B, H_kv, S_past, D).
 
-    Returns the output (B, T, d) and the cache extended by these tokens' keys and values (RoPE'd keys,
-    plain values: RoPE rotates q and k, never v). Optional biases b_q, b_k, b_v (Qwen2) are read from p.
+    The cache is (k, v, key positions (S_past,)); returns the output (B, T, d) and the cache extended by these
+    tokens' keys and values (RoPE'd keys, plain values: RoPE rotates q and k, never v) and positions.
+    Optional biases b_q, b_k, b_v (Qwen2) are read from p.
     """
     q = split_heads(project(x, p["W_q"], p.get("b_q")), n_heads)  # (B, H, T, D)
     k = split_heads(project(x, p["W_k"], p.get("b_k")), n_kv_heads)  # (B, H_kv, T, D)
     v = split_heads(project(x, p["W_v"], p.get("b_v")), n_kv_heads)  # (B, H_kv, T, D)
     q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    held = np.asarray(positions)  # (T,): the positions of the keys in the cache
     if cache is not None:
         k, v = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2)  # (B, H_kv, S_past + T, D)
+        held = np.concatenate([cache[2], held])  # (S_past + T,)
     heads, _ = gqa_attention(q, k, v, True, None, window)  # (B, H, T, D): the new queries are the last T positions
-    return merge_heads(heads) @ p["W_o"], (k, v)  # (B, T, H·D) x (H·D, d) -> (B, T, d)
+    return merge_heads(heads) @ p["W_o"], (k, v, held)  # (B, T, H·D) x (H·D, d) -> (B, T, d)
 
 
 def llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
@@ -465,16 +468,26 @@ def llama_logits(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
     return logits
 
 
-def cache_size(cache):
-    """How many numbers a KV cache holds: Σ over layers of k.size + v.size."""
-    return sum(k.size + v.size for k, v in cache if k is not None)
+def cache_positions(caches, n_kv_heads):
+    """(n, L, H_c, S) from each chunk's cache: the position of the key in each slot of each layer and stored head, -1 where empty.
+
+    H_c is the number of heads a cache stores (H_kv, unless keys are kept per query head); S the most slots any held.
+    """
+    heads = caches[0][0][0].shape[1] if caches and caches[0] else n_kv_heads
+    slots = max((len(held) for cache in caches for _, _, held in cache), default=0)
+    table = np.full((len(caches), len(caches[0]) if caches else 0, heads, slots), -1, dtype=np.int64)
+    for i, cache in enumerate(caches):
+        for layer, (_, _, held) in enumerate(cache):
+            table[i, layer, :, : len(held)] = held  # every head of a layer holds the same positions
+    return table
 
 
 def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, chunks=None, *, pairing="half_split", eps=EPS):
-    """Incremental decoding: a prefill of chunks[0] tokens, then each further chunk on the cache. -> (logits (B, T, V), cache_sizes (n,)).
+    """Incremental decoding: a prefill of chunks[0] tokens, then each further chunk on the cache. -> (logits (B, T, V), cache_positions).
 
     chunks are positive ints summing to T (None: one chunk, the whole sequence). The cache holds every
-    layer's keys and values: after t tokens, 2·L·B·H_kv·D·t numbers, which cache_sizes reports after each chunk.
+    layer's keys and values with their positions: after t tokens, positions 0 .. t - 1 once each, which
+    cache_positions (n, L, H_kv, S) reports after each chunk (-1 in the slots not yet filled).
     """
     ids = np.asarray(ids)
     check_vocab_ids(ids, params["embed"].shape[0])
@@ -482,8 +495,8 @@ def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
     chunks = [T] if chunks is None else [int(n) for n in np.asarray(chunks).reshape(-1)]
     if any(n < 1 for n in chunks) or sum(chunks) != T:
         raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
-    cache = [None] * len(params["blocks"])  # per layer: (k, v), each (B, H_kv, t, D)
-    logits, sizes, start = [], [], 0
+    cache = [None] * len(params["blocks"])  # per layer: (k, v, positions), k and v (B, H_kv, t, D), positions (t,)
+    logits, caches, start = [], [], 0
     for n in chunks:
         x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
         positions = chunk_positions(start, n)  # past_length + i, not i
@@ -491,9 +504,9 @@ def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
             x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
                                                pairing=pairing, eps=eps)
         logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, d) x (d, V) -> (B, n, V)
-        sizes.append(cache_size([c for c in cache if c is not None]))
+        caches.append(list(cache))  # as it stands after this chunk
         start += n
-    return np.concatenate(logits, axis=1), np.array(sizes, dtype=np.int64)
+    return np.concatenate(logits, axis=1), cache_positions(caches, n_kv_heads)
 
 
 def cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):

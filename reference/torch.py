@@ -36,7 +36,7 @@ __all__ = [
     "ROPE_BASE", "ROPE_PAIRINGS", "FULLY_MASKED", "ROPE_PAIRING", "QKV_BIASES", "FULLY_MASKED_ROWS",
     "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
     "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
-    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_size", "llama_decode",
+    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_positions", "llama_decode",
     "cross_attention", "decoder_block",
 ]
 
@@ -331,15 +331,17 @@ def chunk_positions(past_length, n):
 
 
 def llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
-    """Llama's attention sublayer on new tokens x (B, T, d) at `positions` after a cache of (k, v): (out (B, T, d), extended cache)."""
+    """Llama's attention sublayer on new tokens x (B, T, d) at `positions` after a cache of (k, v, positions): (out (B, T, d), extended cache)."""
     q = split_heads(project(x, p["W_q"], p.get("b_q")), n_heads)  # (B, H, T, D)
     k = split_heads(project(x, p["W_k"], p.get("b_k")), n_kv_heads)  # (B, H_kv, T, D)
     v = split_heads(project(x, p["W_v"], p.get("b_v")), n_kv_heads)  # (B, H_kv, T, D)
     q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    held = torch.as_tensor(positions)  # (T,): the positions of the keys in the cache
     if cache is not None:
         k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (B, H_kv, S_past + T, D)
+        held = torch.cat([cache[2], held])  # (S_past + T,)
     heads, _ = gqa_attention(q, k, v, True, None, window)  # (B, H, T, D)
-    return merge_heads(heads) @ p["W_o"], (k, v)  # (B, T, d)
+    return merge_heads(heads) @ p["W_o"], (k, v, held)  # (B, T, d)
 
 
 def llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
@@ -364,20 +366,26 @@ def llama_logits(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
     return logits
 
 
-def cache_size(cache):
-    """How many numbers a KV cache holds: Σ over layers of k.numel() + v.numel()."""
-    return sum(k.numel() + v.numel() for k, v in cache if k is not None)
+def cache_positions(caches, n_kv_heads):
+    """(n, L, H_c, S) from each chunk's cache: the position of the key in each slot of each layer and stored head, -1 where empty."""
+    heads = caches[0][0][0].shape[1] if caches and caches[0] else n_kv_heads
+    slots = max((len(held) for cache in caches for _, _, held in cache), default=0)
+    table = torch.full((len(caches), len(caches[0]) if caches else 0, heads, slots), -1, dtype=torch.int64)
+    for i, cache in enumerate(caches):
+        for layer, (_, _, held) in enumerate(cache):
+            table[i, layer, :, : len(held)] = held  # every head of a layer holds the same positions
+    return table
 
 
 def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, chunks=None, *, pairing="half_split", eps=EPS):
-    """A prefill of chunks[0] tokens, then each further chunk on the cache: (logits (B, T, V), cache_sizes (n,))."""
+    """A prefill of chunks[0] tokens, then each further chunk on the cache: (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
     check_vocab_ids(ids, params["embed"].shape[0])
     T = ids.shape[1]
     chunks = [T] if chunks is None else [int(n) for n in torch.as_tensor(chunks).reshape(-1)]
     if any(n < 1 for n in chunks) or sum(chunks) != T:
         raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
-    cache = [None] * len(params["blocks"])  # per layer: (k, v), each (B, H_kv, t, D)
-    logits, sizes, start = [], [], 0
+    cache = [None] * len(params["blocks"])  # per layer: (k, v, positions), k and v (B, H_kv, t, D), positions (t,)
+    logits, caches, start = [], [], 0
     for n in chunks:
         x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
         positions = chunk_positions(start, n)  # past_length + i, not i
@@ -385,9 +393,9 @@ def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
             x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
                                                pairing=pairing, eps=eps)
         logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, V)
-        sizes.append(cache_size([c for c in cache if c is not None]))
+        caches.append(list(cache))  # as it stands after this chunk
         start += n
-    return torch.cat(logits, dim=1), torch.tensor(sizes, dtype=torch.int64)
+    return torch.cat(logits, dim=1), cache_positions(caches, n_kv_heads)
 
 
 def cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):

@@ -262,10 +262,10 @@ class LlamaConfig:
 
 @cached_strategy
 def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_kv_heads=2, min_group=1, max_group=2, min_pairs=1,
-                  max_pairs=2, max_d_ff=10, windowed=None, max_window=6, qkv_bias=None, bases=ROPE_BASES):
+                  max_pairs=2, max_d_ff=10, windowed=None, min_window=1, max_window=6, qkv_bias=None, bases=ROPE_BASES):
     """LlamaConfig with H divisible by H_kv, D = 2·pairs and d_model = H·D (as in Llama, Mistral and Qwen2; the reference takes any d).
 
-    windowed=None draws configs with and without a sliding window (w in [1, max_window]); qkv_bias=None
+    windowed=None draws configs with and without a sliding window (w in [min_window, max_window]); qkv_bias=None
     draws both (Qwen2 has q/k/v biases). Shrinks towards one layer, one kv head, group 1, D = 2.
     """
     check_int_range("vocab", min_vocab, max_vocab, low=1)
@@ -274,7 +274,7 @@ def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_
     check_int_range("group", min_group, max_group, low=1)
     check_int_range("pairs", min_pairs, max_pairs, low=1)
     check_int("max_d_ff", max_d_ff, low=1)
-    check_int("max_window", max_window, low=1)
+    check_int_range("window", min_window, max_window, low=1)
     _check_choice_or_none("windowed", windowed)
     _check_choice_or_none("qkv_bias", qkv_bias)
     bases = tuple(bases)
@@ -287,7 +287,7 @@ def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_
         return LlamaConfig(
             vocab=draw(integers(min_vocab, max_vocab)), n_layers=draw(integers(min_layers, max_layers)), n_kv_heads=H_kv, group=group,
             d_head=D, d_ff=draw(integers(1, max_d_ff)), rope_base=draw(sampled_from(bases)),
-            window=draw(integers(1, max_window)) if draw(_booleans(windowed)) else None, qkv_bias=draw(_booleans(qkv_bias)),
+            window=draw(integers(min_window, max_window)) if draw(_booleans(windowed)) else None, qkv_bias=draw(_booleans(qkv_bias)),
         )
 
     return configs()
@@ -349,29 +349,78 @@ def llama_params(config):
     return mapped(seeds(), partial(init_llama_params, config))
 
 
-def decode_schedules(seq, *, min_chunks=1):
+def decode_schedules(seq, *, min_chunks=1, max_prefill=None, max_chunk=None, straddling=None):
     """int64 arrays of at least min_chunks chunk sizes, each >= 1, summing to `seq`: a prefill then the further chunks, split anywhere.
 
     Generates on purpose the one-chunk schedule (a plain forward, where min_chunks is 1), token by
     token after a one-token prefill, and any composition of seq; shrinks towards the fewest chunks.
+    max_prefill and max_chunk (the prefill's and every later chunk's most tokens, None for no limit)
+    narrow every schedule to what an implementation supports. straddling=w draws only the splits
+    that straddle a window's edge, where ring and trimmed window caches break: a prefill shorter than
+    w, then a chunk of 2 to w tokens whose last position is w or later (w >= 2, seq > w).
     """
     check_int("seq", seq, low=1)
     check_int("min_chunks", min_chunks, low=1)
     check_order("min_chunks", min_chunks, "seq", seq)
-    return _decode_schedules(seq, min_chunks)
+    for name, value in (("max_prefill", max_prefill), ("max_chunk", max_chunk), ("straddling", straddling)):
+        if value is not None:
+            check_int(name, value, low=1)
+    if straddling is not None:
+        longest = straddling if max_chunk is None else min(straddling, max_chunk)
+        if straddling < 2 or seq <= straddling or min_chunks > 2 or longest < 2 or straddling + 1 - longest > (max_prefill or seq):
+            raise InvalidArgument(f"straddling={straddling} needs 2 <= w < seq={seq}, min_chunks={min_chunks} <= 2, chunks of 2 or more "
+                                  f"(max_chunk={max_chunk}) and a prefill that a chunk can carry past w (max_prefill={max_prefill})")
+        return _window_edge_schedules(seq, straddling, max_prefill, max_chunk)
+    return _decode_schedules(seq, min_chunks, max_prefill, max_chunk)
 
 
 @cache
-def _decode_schedules(seq, min_chunks):
+def _decode_schedules(seq, min_chunks, max_prefill, max_chunk):
     def chunks(cuts):
         edges = [0, *sorted(cuts), seq]
         return np.diff(np.array(edges, dtype=np.int64))
 
-    # Built once per (seq, min_chunks); hypothesis's own just(), since one_of draws a shared strategy once, not once per branch.
-    token_by_token = st.just(frozenset(range(1, seq)))
-    cut_points = st.sets(integers(1, seq - 1), min_size=min_chunks - 1) if seq > 1 else st.just(frozenset())
-    schedules = [st.just(frozenset())] if min_chunks == 1 else []
-    return st.one_of(*schedules, cut_points, token_by_token).map(chunks)
+    if max_prefill is None and max_chunk is None:
+        # Built once per (seq, min_chunks); hypothesis's own just(), since one_of draws a shared strategy once, not once per branch.
+        token_by_token = st.just(frozenset(range(1, seq)))
+        cut_points = st.sets(integers(1, seq - 1), min_size=min_chunks - 1) if seq > 1 else st.just(frozenset())
+        schedules = [st.just(frozenset())] if min_chunks == 1 else []
+        return st.one_of(*schedules, cut_points, token_by_token).map(chunks)
+    return _limited_schedules(seq, min_chunks, max_prefill, max_chunk)
+
+
+@cache
+def _window_edge_schedules(seq, window, max_prefill, max_chunk):
+    longest = window if max_chunk is None else min(window, max_chunk)
+    prefill_max = window - 1 if max_prefill is None else min(window - 1, max_prefill)
+
+    @st.composite
+    def straddling(draw):
+        prefill = draw(integers(max(1, window + 1 - longest), prefill_max))  # a chunk of `longest` tokens can still pass w - 1
+        chunk = draw(integers(max(2, window + 1 - prefill), min(longest, seq - prefill)))
+        rest = draw(_limited_schedules(seq - prefill - chunk, 1, max_chunk, max_chunk)) if seq > prefill + chunk else []
+        return np.array([prefill, chunk, *rest], dtype=np.int64)
+
+    return straddling()
+
+
+@cache
+def _limited_schedules(seq, min_chunks, max_prefill, max_chunk):
+    """Schedules whose prefill holds at most max_prefill tokens and every later chunk at most max_chunk (None: any)."""
+    first = seq if max_prefill is None else min(seq, max_prefill)
+    later = seq if max_chunk is None else max_chunk
+
+    @st.composite
+    def limited(draw):
+        prefill = draw(integers(1, min(first, seq - min_chunks + 1)))
+        sizes, left = [prefill], seq - prefill
+        while left:
+            size = draw(integers(1, min(later, left - max(0, min_chunks - 1 - len(sizes)))))  # shrinks towards one-token steps
+            sizes.append(size)
+            left -= size
+        return np.array(sizes, dtype=np.int64)
+
+    return limited()
 
 
 # -- cross-attention and the decoder block ------------------------------------------------------------

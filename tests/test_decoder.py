@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import reference.numpy as rn
@@ -112,9 +112,10 @@ def test_llama_twins_and_decode(config, seed, data):
     args = (params, config.n_heads, config.n_kv_heads, config.rope_base, config.window)
     _assert_twins("llama_logits", ids, *args)
     _assert_twins("llama_decode", ids, *args, chunks)
-    logits, sizes = rn.llama_decode(ids, *args, chunks)
+    logits, held = rn.llama_decode(ids, *args, chunks)
     np.testing.assert_allclose(logits, rn.llama_logits(ids, *args), rtol=1e-10, atol=1e-10)
-    np.testing.assert_array_equal(sizes, 2 * config.n_layers * 2 * config.n_kv_heads * config.d_head * np.cumsum(chunks))
+    expected = np.where(np.arange(5) < np.cumsum(chunks)[:, None], np.arange(5), -1)  # (n, T): positions 0 .. t - 1, then empty
+    np.testing.assert_array_equal(held, np.broadcast_to(expected[:, None, None, :], (len(chunks), config.n_layers, config.n_kv_heads, 5)))
 
 
 @FEW
@@ -195,6 +196,33 @@ def test_decode_schedules_are_compositions(seq, data):
     assert chunks.dtype == np.int64 and (chunks >= 1).all() and chunks.sum() == seq and len(chunks) >= min_chunks
 
 
+def _straddles(chunks, window):
+    """A prefill shorter than w, then a chunk of 2 to w tokens that ends past position w - 1."""
+    return len(chunks) >= 2 and chunks[0] < window and 2 <= chunks[1] <= window and chunks[0] + chunks[1] > window
+
+
+@pytest.mark.parametrize("seq, window", [(3, 2), (6, 3), (6, 5)])
+def test_decode_schedules_straddle_the_window_where_asked(seq, window):
+    drawn = []
+
+    @settings(CI, phases=[Phase.generate])  # the ci profile's derandomized draws, in order
+    @given(decode_schedules(seq, straddling=window))
+    def record(chunks):
+        drawn.append(chunks)
+
+    record()
+    assert drawn and all(_straddles(c, window) for c in drawn), drawn
+
+
+@FEW
+@given(st.integers(1, 9), st.sampled_from([None, 1, 2]), st.sampled_from([None, 1, 3]), st.data())
+def test_decode_schedules_keep_to_the_declared_limits(seq, max_chunk, max_prefill, data):
+    chunks = data.draw(decode_schedules(seq, max_prefill=max_prefill, max_chunk=max_chunk))
+    assert chunks.sum() == seq and (chunks >= 1).all()
+    assert max_prefill is None or chunks[0] <= max_prefill
+    assert max_chunk is None or (chunks[1:] <= max_chunk).all()
+
+
 @FEW
 @given(llama_configs())
 def test_llama_configs_are_valid(config):
@@ -221,6 +249,9 @@ BAD = [
     (lambda: decode_schedules(0), "seq=0 must be at least 1"),
     (lambda: decode_schedules(3, min_chunks=4), "min_chunks=4"),
     (lambda: llama_configs(min_group=0), "min_group=0 must be at least 1"),
+    (lambda: llama_configs(min_window=3, max_window=2), "min_window=3 is larger than max_window=2"),
+    (lambda: decode_schedules(3, max_chunk=0), "max_chunk=0 must be at least 1"),
+    (lambda: decode_schedules(3, straddling=3), "straddling=3 needs 2 <= w < seq=3"),
     (lambda: swiglu_inputs(min_d_ff=0), "min_d_ff=0 must be at least 1"),
 ]
 
