@@ -8,10 +8,7 @@ import time
 from pathlib import Path
 
 
-def _figure_options(p):
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--figures", metavar="DIR", help="take the figures' PNGs from DIR (e.g. examples/figures) instead of drawing them")
-    group.add_argument("--no-figures", action="store_true", help="leave the figures out")
+def _report_options(p):
     p.add_argument("--max-repro-bytes", type=int, default=16384, metavar="N", help="embed repro scripts up to N bytes (default 16384)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
 
@@ -21,10 +18,10 @@ def _parser():
     sub = parser.add_subparsers(dest="command", required=True)
     suite = sub.add_parser("suite", help="a report of suite runs: the JSON records of pytest --invariants-json, one column each")
     suite.add_argument("records", nargs="+", metavar="RECORD.json")
-    _figure_options(suite)
+    _report_options(suite)
     batch = sub.add_parser("batch", help="a class report of a gate batch: the -o folder of invariants-gate --batch")
     batch.add_argument("folder", metavar="OUT")
-    _figure_options(batch)
+    _report_options(batch)
     figures = sub.add_parser("figures", help="write the lesson's figures as PNGs (needs matplotlib)")
     figures.add_argument("-o", "--output", default="examples/figures", metavar="DIR", help="default examples/figures")
     shot = sub.add_parser("screenshot", help="render an HTML file in headless Chromium and write a PNG of it")
@@ -76,19 +73,12 @@ def main(argv=None):
         return 1 if problems else 0
     import htmlreport
 
-    figures = False if args.no_figures else (args.figures or None)
-    if figures is None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("htmlreport: matplotlib is not installed, so the report has no figures (pip install 'transformer-invariants[report]')",
-                  file=sys.stderr)
     started = time.perf_counter()
     try:
         if args.command == "suite":
-            text = htmlreport.suite_html(args.records, figures=figures, max_repro_bytes=args.max_repro_bytes)
+            text = htmlreport.suite_html(args.records, max_repro_bytes=args.max_repro_bytes)
         else:
-            text = htmlreport.batch_html(args.folder, figures=figures, max_repro_bytes=args.max_repro_bytes)
+            text = htmlreport.batch_html(args.folder, max_repro_bytes=args.max_repro_bytes)
     except htmlreport.InputError as exc:
         print(f"htmlreport: {exc}", file=sys.stderr)
         return 2

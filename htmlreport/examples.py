@@ -62,19 +62,18 @@ def regenerate(*, jobs=2, screenshots=True, keep=None, log=None):
     if not (examples / "reports").is_dir():
         raise RuntimeError(f"{examples / 'reports'} is missing: run this from a clone of the repository")
     written = figures.write(examples / "figures")
-    pngs = figures.read(examples / "figures")
     with tempfile.TemporaryDirectory(prefix="htmlreport-examples-") as temporary:
         work = Path(keep).resolve() if keep else Path(temporary)
         work.mkdir(parents=True, exist_ok=True)
         records = suite_records(work, jobs=jobs, reuse=keep is not None, log=log)
-        suite = htmlreport.suite_html(records, figures=pngs, generated=GENERATED, max_repro_bytes=MAX_REPRO_BYTES)
+        suite = htmlreport.suite_html(records, generated=GENERATED, max_repro_bytes=MAX_REPRO_BYTES)
     for machine_specific in (str(Path(work)) + os.sep, str(ROOT) + os.sep):  # the example names no folder of this machine
         suite = suite.replace(machine_specific, "")
     (examples / "report-suite.html").write_text(suite, encoding="utf-8")
     cwd = os.getcwd()
     os.chdir(examples)  # the class report names its source folder relative to examples/
     try:
-        batch = htmlreport.batch_html("reports", figures=pngs, generated=GENERATED, max_repro_bytes=MAX_REPRO_BYTES)
+        batch = htmlreport.batch_html("reports", generated=GENERATED, max_repro_bytes=MAX_REPRO_BYTES)
     finally:
         os.chdir(cwd)
     (examples / "report-class.html").write_text(batch, encoding="utf-8")

@@ -33,33 +33,6 @@ PART_COLOURS = {  # accounting.PARTS that a shown model has, in the order a toke
 }
 
 
-@dataclass(frozen=True)
-class Figure:
-    name: str
-    title: str  # what the figure shows, one line
-    alt: str  # the point it makes, for a reader who cannot see it
-    components: tuple  # the invariant components it belongs with (invariants.registry.COMPONENTS)
-
-
-FIGURES = {
-    "masks": Figure("masks", "Attention weights of an encoder block and a decoder block on the same input",
-                    "The encoder spreads weight over the whole grid; the decoder's upper-right triangle is exactly zero, "
-                    "and only the last row, the token that sees everything either way, is equal in both",
-                    ("attention", "block")),
-    "param_breakdown": Figure("param_breakdown", "Where the parameters live",
-                              "Feed-forward is the largest share of every model (70% of Llama 3 8B, 97% of Mixtral 8x7B); embeddings fall "
-                              "from 32% of GPT-2 small to 5% of XL; Mixtral 8x7B loads 46.7B parameters and runs 12.9B per token",
-                              ("counts", "model")),
-    "gelu_vs_relu": Figure("gelu_vs_relu", "GELU against ReLU",
-                           "GELU tracks ReLU far from zero but bends smoothly through it and dips slightly below zero for small "
-                           "negative inputs", ("activation", "feed_forward")),
-    "moe_load": Figure("moe_load", "Tokens per expert, before and after the balancing loss",
-                       "An untrained router is lopsided (experts 3 and 5 get 75 of 256 tokens, expert 2 only 51, against an even "
-                       "64); 25 gradient steps on the balancing loss alone bring every expert within 2 of 64",
-                       ("moe",)),
-}
-
-
 # -- data ------------------------------------------------------------------------------------------
 
 
@@ -288,8 +261,3 @@ def write(out_dir, names=NAMES):
         path.write_bytes(png)
         paths.append(path)
     return paths
-
-
-def read(folder, names=NAMES):
-    """{name: PNG bytes} for the figures present in folder (a copy written by `write`)."""
-    return {name: (Path(folder) / f"{name}.png").read_bytes() for name in names if (Path(folder) / f"{name}.png").exists()}

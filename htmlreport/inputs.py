@@ -7,6 +7,7 @@ and the gate's `details` share (invariants.runner.format_failure), split into it
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import dataclass, field
@@ -117,6 +118,20 @@ class Report:
     cards: list
     sources: list  # the input files, for the footer
     diagnoses: dict = field(default_factory=dict)  # column index -> [lines]: the likely bug (invariants.diagnosis)
+    pairs: list | None = None  # a batch's submissions with alike code (Pair), as similar-pairs.csv has them; None without that file
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two submissions whose code is alike (gate.batch.similar_pairs): how much of each the other has, and where."""
+
+    a: str
+    b: str
+    a_column: int | None  # the submission's column, None when it is not in the report
+    b_column: int | None
+    share_of_a: float
+    share_of_b: float
+    spans: str  # "a.py:5-42 ~ b.py:4-41; ..."
 
 
 def _read_json(path):
@@ -262,8 +277,25 @@ def load_batch(folder, *, max_repro_bytes=16384):
     rows = sorted(first_seen, key=lambda n: (order.get(n, len(order)), first_seen[n]))
     subtitle = (f"{assignment['name']}: {len(columns)} submission(s), {assignment.get('dtype', '')} on {assignment.get('device', '')}, "
                 f"hypothesis profile {assignment.get('profile', '')}")
+    folders = {where.name: c for c, (where, _) in enumerate(reports)}
     return Report("batch", "Class report", subtitle, columns, rows, components, statements, cells, cards,
-                  [str(Path(folder))], diagnoses)
+                  [str(Path(folder))], diagnoses, similar_pairs(Path(folder) / "similar-pairs.csv", folders))
+
+
+def similar_pairs(path, folders):
+    """The Pairs of a batch's similar-pairs.csv (gate.batch.pairs_csv), most alike first; None when there is no such file.
+
+    folders maps a report folder's name (the csv's a and b) to its submission's column.
+    """
+    try:
+        rows = list(csv.DictReader(Path(path).read_text(encoding="utf-8").splitlines()))
+    except FileNotFoundError:
+        return None
+    try:
+        return [Pair(r["a"], r["b"], folders.get(r["a"]), folders.get(r["b"]), float(r["share_of_a"]), float(r["share_of_b"]), r["spans"])
+                for r in rows]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: not the gate's similar-pairs.csv (a, b, share_of_a, share_of_b, spans): {exc!r}") from None
 
 
 def pass_rates(report):

@@ -1,18 +1,17 @@
-"""A Report as one self-contained HTML file: inline CSS and JS, the figures as data URIs, nothing fetched.
+"""A Report as one self-contained HTML file: inline CSS and JS, nothing fetched.
 
-Sections: a summary (per implementation; for a class, the verdicts, the score histogram and the
-pass rate per invariant), the matrix of invariants x implementations (or submissions), a card per
+Sections: a summary (per implementation; for a class, the verdicts, the score histogram, the pass
+rate per invariant and the submissions with alike code), the matrix of invariants x implementations
+(or submissions), showing the rows with a failure first (all of them at a click), and a card per
 failure (the shrunk example, the problem, the hint, the repro, the full text; a native <details>
-that opens on click), and the figures, each shown once and lent to the cards of its components.
+that opens on click). The lesson's figures are not in a report: they say nothing about its failures.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 from datetime import datetime, timezone
 
-from htmlreport.figures import FIGURES
 from htmlreport.inputs import FAILING, pass_rates, score_histogram
 
 MARK = {"passed": "✓", "failed": "✗", "error": "!", "vacuous": "∅", "voided": "⊘", "missing": "–", "skipped": "○", "not_run": "·"}
@@ -68,9 +67,7 @@ details.card>summary{cursor:pointer;padding:8px 12px;list-style-position:inside}
 details.card>summary .reason{color:#374151;font-size:12.5px;display:block;margin-left:18px}
 details.card[open]>summary{border-bottom:1px solid var(--line)}.card-body{padding:8px 14px 12px}
 .card-body h4{margin:10px 0 2px;font-size:13px}.hint{background:#eff6ff;border-left:4px solid var(--accent);padding:6px 10px}
-table.example td:first-child{color:var(--muted);white-space:nowrap}table.example td{font-size:12.5px}figure{margin:10px 0}
-figure img{max-width:100%;height:auto;border:1px solid var(--line);border-radius:6px}figcaption{font-size:12.5px;color:#374151}
-.card-fig img{max-width:560px}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:14px}
+table.example td:first-child{color:var(--muted);white-space:nowrap}table.example td{font-size:12.5px}
 .bar{display:inline-block;width:160px;height:10px;background:var(--bad-bg);border-radius:5px;vertical-align:middle;margin-right:6px;overflow:hidden}
 .bar span{display:block;height:100%;background:var(--ok)}.hidden-tag{font-size:11px;color:var(--miss);margin-left:6px}
 footer{color:var(--muted);font-size:12px;padding:16px 28px;border-top:1px solid var(--line)}.nowrap{white-space:nowrap}
@@ -80,16 +77,7 @@ footer{color:var(--muted);font-size:12px;padding:16px 28px;border-top:1px solid 
 JS = """
 (function () {
   "use strict";
-  function figureFor(card) {  // each figure is embedded once; a card borrows it when opened
-    card.querySelectorAll("img[data-figure]").forEach(function (img) {
-      var source = document.querySelector("#fig-" + img.dataset.figure + " img");
-      if (source && !img.getAttribute("src")) { img.src = source.src; }
-    });
-  }
   var cards = Array.prototype.slice.call(document.querySelectorAll("details.card"));
-  cards.forEach(function (card) {
-    card.addEventListener("toggle", function () { if (card.open) { figureFor(card); } });
-  });
   function openFromHash() {
     var id = decodeURIComponent(location.hash.slice(1));
     var target = id && document.getElementById(id);
@@ -123,20 +111,6 @@ JS = """
   document.documentElement.dataset.ready = String(cards.length);  // for the browser test: the script ran to its end
 })();
 """
-
-
-def _data_uri(png):
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
-def _figures_for(report, figures):
-    """The figures whose components appear in the report, in FIGURES' order."""
-    present = set(report.components.values())
-    return [f for name, f in FIGURES.items() if name in figures and present.intersection(f.components)]
-
-
-def _figure_of(component, shown):
-    return next((f for f in shown if component in f.components), None)
 
 
 def _status_counts(counts):
@@ -202,7 +176,25 @@ def _batch_summary(report):
             f'<div class="grid2"><div><h3>Score histogram</h3>{_histogram_svg(counts, edges)}</div>'
             f'<div><h3>Submissions</h3><table class="subs"><tr><th>Submission</th><th>Verdict</th><th>Score</th><th>Reason</th></tr>{rows}'
             f'</table></div></div><h3 id="pass-rates">Pass rate of each invariant</h3><p class="sub">Lowest first: where the class '
-            f'struggles.</p><table class="rates"><tr><th>Invariant</th><th>Passed</th><th>Rate</th></tr>{rates}</table></section>')
+            f'struggles.</p><table class="rates"><tr><th>Invariant</th><th>Passed</th><th>Rate</th></tr>{rates}</table>'
+            f"{_similar_pairs(report)}</section>")
+
+
+def _similar_pairs(report):
+    """The submissions with alike code, as class-summary.md lists them: both shares and the matching spans, each linked to its cards."""
+    if report.pairs is None:
+        return ""
+
+    def who(name, column):
+        return f'<a href="#sub-{column}">{e(name)}</a>' if column is not None else e(name)
+
+    rows = "".join(f"<tr><td>{who(p.a, p.a_column)}</td><td>{who(p.b, p.b_column)}</td><td class=\"mono\">{100 * p.share_of_a:.0f}%</td>"
+                   f'<td class="mono">{100 * p.share_of_b:.0f}%</td><td class="mono">{e(p.spans)}</td></tr>' for p in report.pairs)
+    table = (f'<table class="pairs" id="pairs"><tr><th>A</th><th>B</th><th>Share of A</th><th>Share of B</th><th>Matching spans</th></tr>'
+             f"{rows}</table>" if rows else "<p>No two submissions have alike code.</p>")
+    return ('<h3 id="similar-pairs">Submissions with alike code (for review)</h3><p class="sub">Winnowing fingerprints '
+            "(gate/similarity.py); a share is how much of one submission's code the other has too. Alike code is a reason for a person "
+            f"to look, not a verdict.</p>{table}")
 
 
 def _breakable(label):
@@ -210,16 +202,15 @@ def _breakable(label):
     return e(label).replace("_", "_<wbr>").replace(".", ".<wbr>")
 
 
-def _matrix(report, shown):
+def _matrix(report):
+    """The matrix; where a row has a failure, the rows without one are hidden until the filter is unticked."""
     heads = "".join(f'<th class="col" title="{e(col.title)}">{_breakable(col.label)}</th>' for col in report.columns)
     body, group, group_rows = [], None, []
 
     def close_group():
         if group is not None:
             failing = any("has-failure" in r for r in group_rows)
-            fig = _figure_of(group, shown)
-            link = f'<a href="#fig-{fig.name}" title="{e(fig.title)}">the figure</a>' if fig else ""
-            body.append(f'<tr class="group{" has-failure" if failing else ""}"><th colspan="{len(report.columns) + 1}">{e(group)}{link}</th></tr>')
+            body.append(f'<tr class="group{" has-failure" if failing else ""}"><th colspan="{len(report.columns) + 1}">{e(group)}</th></tr>')
             body.extend(group_rows)
 
     for name in report.rows:
@@ -245,10 +236,13 @@ def _matrix(report, shown):
     present = {cell.status for cell in report.cells.values()}
     legend = "".join(f'<span class="s-{s}">{MARK[s]} {WORD[s]}</span>' for s in MARK if s in present or s in ("passed", "failed", "error"))
     what = "implementations" if report.kind == "suite" else "submissions"
+    failing = len({name for (name, _), cell in report.cells.items() if cell.status in FAILING})
+    only = " checked" if failing else ""
     return (f'<section id="matrix-section"><h2>Invariants × {what}</h2><div class="controls legend">{legend}</div>'
-            '<div class="controls"><label><input type="checkbox" id="only-failing"> only rows with a failure</label> · '
-            "hover a cell for its reason; a failure's mark opens its card</div>"
-            f'<table class="matrix" id="matrix"><tr><th>invariant</th>{heads}</tr>{"".join(body)}</table></section>')
+            f'<div class="controls"><label><input type="checkbox" id="only-failing"{only}> only the {failing} of {len(report.rows)} '
+            "rows with a failure</label> (untick to show every invariant) · hover a cell for its reason; a failure's mark opens its card</div>"
+            f'<table class="matrix{" only-failing" if failing else ""}" id="matrix"><tr><th>invariant</th>{heads}</tr>{"".join(body)}</table>'
+            "</section>")
 
 
 def _repro(card):
@@ -260,19 +254,17 @@ def _repro(card):
             parts.append(f'<button type="button" data-download="{card.id}-repro" data-name="{e(name)}">download {e(name)}</button>'
                          f'<details><summary>the script</summary><pre id="{card.id}-repro">{e(card.repro_source)}</pre></details>')
         parts.append('<p class="sub">Plain python (numpy, and torch for a torch implementation): it replays the failing calls on your '
-                     "current code and prints each answer beside the one the suite saw.</p>")
+                     "current code, prints each answer beside the one the suite saw and what the suite expected, and exits 1 while the "
+                     "failure reproduces, 0 once the answers changed (then rerun the suite: the script does not re-check the property).</p>")
     if card.text.replay:
         parts.append(f"<p class=\"sub\">For maintainers, hypothesis's replay of this exact example:</p><pre>{e(card.text.replay)}</pre>")
     return f"<h4>Repro</h4>{''.join(parts)}" if parts else ""
 
 
-def _card(report, card, shown):
+def _card(report, card):
     col = report.columns[card.column]
     t = card.text
     example = "".join(f"<tr><td>{e(label)}</td><td><code>{e(text)}</code></td></tr>" for label, text in t.example)
-    fig = _figure_of(card.component, shown)
-    figure = (f'<h4>What correct looks like</h4><figure class="card-fig"><img data-figure="{fig.name}" alt="{e(fig.alt)}">'
-              f'<figcaption>{e(fig.title)}: {e(fig.alt)} (<a href="#fig-{fig.name}">figures</a>)</figcaption></figure>') if fig else ""
     hidden = '<span class="hidden-tag">hidden from students</span>' if card.visibility and card.visibility != "visible" else ""
     return (f'<details class="card k-{e(card.status)}" id="{card.id}" data-invariant="{e(card.invariant)}">'
             f'<summary><span class="badge s-{e(card.status)}">{e(WORD.get(card.status, card.status))}</span> <code>{e(card.invariant)}</code> · '
@@ -281,12 +273,12 @@ def _card(report, card, shown):
             + (f"<h4>Shrunk example</h4><table class=\"example\">{example}</table>" if example else "")
             + (f"<h4>What came back</h4><pre>{e(t.problem)}</pre>" if t.problem else "")
             + (f'<h4>Hint</h4><div class="hint">{e(card.hint)}</div>' if card.hint else "")
-            + _repro(card) + figure
+            + _repro(card)
             + (f"<details><summary>the whole report</summary><pre>{e(card.report)}</pre></details>" if card.report else "")
             + "</div></details>")
 
 
-def _cards(report, shown):
+def _cards(report):
     if not report.cards:
         return '<section id="failures"><h2>Failures</h2><p>None: every invariant that ran held.</p></section>'
     out = [f'<section id="failures"><h2>Failures ({len(report.cards)})</h2><div class="controls">'
@@ -296,37 +288,24 @@ def _cards(report, shown):
         mine = [card for card in report.cards if card.column == c]
         if mine:
             out.append(f'<h3 id="sub-{c}">{e(col.label)} <span class="sub">({len(mine)})</span></h3>')
-            out.extend(_card(report, card, shown) for card in mine)
+            out.extend(_card(report, card) for card in mine)
         elif report.kind == "batch":
             out.append(f'<h3 id="sub-{c}">{e(col.label)}</h3><p class="sub">{e(col.reason)}</p>')
     out.append("</section>")
     return "".join(out)
 
 
-def _figures(shown, figures):
-    if not shown:
-        return ""
-    items = "".join(f'<figure id="fig-{f.name}"><img src="{_data_uri(figures[f.name])}" alt="{e(f.alt)}">'
-                    f"<figcaption><b>{e(f.title)}</b> ({e(', '.join(f.components))}). {e(f.alt)}.</figcaption></figure>" for f in shown)
-    return ('<section id="figures"><h2>Figures</h2><p class="sub">From the reference implementation and the accounting '
-            f'(python -m htmlreport figures).</p><div class="figs">{items}</div></section>')
-
-
-def render(report, figures=None, *, generated=None):
-    """The HTML text of report; figures is {name: PNG bytes} (htmlreport.figures.draw or .read), or None for none."""
-    figures = figures or {}
-    shown = _figures_for(report, figures)
+def render(report, *, generated=None):
+    """The HTML text of report."""
     when = generated or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     summary = _suite_summary(report) if report.kind == "suite" else _batch_summary(report)
     nav = ['<a href="#summary">Summary</a>', '<a href="#matrix-section">Matrix</a>', f'<a href="#failures">Failures ({len(report.cards)})</a>']
     if report.kind == "batch":
-        nav.insert(1, '<a href="#pass-rates">Pass rates</a>')
-    if shown:
-        nav.append('<a href="#figures">Figures</a>')
+        nav[1:1] = ['<a href="#pass-rates">Pass rates</a>'] + (['<a href="#similar-pairs">Alike code</a>'] if report.pairs is not None else [])
     sources = ", ".join(report.sources)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{e(report.title)}: {e(report.subtitle)}</title><style>{CSS}</style></head><body>"
             f'<header><h1>{e(report.title)}</h1><p class="sub">{e(report.subtitle)}</p></header><nav>{"".join(nav)}</nav><main>'
-            f"{summary}{_matrix(report, shown)}{_cards(report, shown)}{_figures(shown, figures)}</main>"
+            f"{summary}{_matrix(report)}{_cards(report)}</main>"
             f"<footer>transformer-invariants htmlreport · from {e(sources)} · generated {e(when)}</footer>"
             f"<script>{JS}</script></body></html>\n")

@@ -205,11 +205,12 @@ def test_suite_report_from_records(records, tmp_path):
     assert [c.label for c in report.columns] == ["mask_after_softmax float64"]
     (card,) = report.cards
     assert card.invariant == "attention.causal_non_leakage" and card.text.example and card.hint and card.repro_source
-    pngs = {name: png for name, png in F.read(ROOT / "examples" / "figures").items()}
-    text = htmlreport.render(report, pngs, generated="test")
+    text = htmlreport.render(report, generated="test")
     _self_contained(text)
-    assert text.count("data:image/png;base64,") == 1  # only the figures of the components that ran (attention's), each once
-    assert 'id="fig-masks"' in text and 'data-figure="masks"' in text  # the card borrows the attention figure
+    assert "<img" not in text and "<figure" not in text  # the lesson's figures are not about this failure: none in the report
+    n_rows = len(report.rows)
+    assert '<table class="matrix only-failing" id="matrix">' in text  # it opens on the failing row, not on every invariant
+    assert f'<input type="checkbox" id="only-failing" checked> only the 1 of {n_rows} rows with a failure' in text
     assert f'href="#{card.id}"' in text and f'id="{card.id}"' in text
     assert "python " in text and "repro_attention_causal_non_leakage.py" in text and "@reproduce_failure(" in text
     said = [line.strip() for line in records["serial stdout"].splitlines() if line.startswith("  likely bug: ")]
@@ -228,20 +229,50 @@ def test_batch_report_from_the_gate_examples():
     assert sum(counts) == len(data) and edges[0] == 0 and edges[-1] == 100
     perfect = sum(d["score"] == d["max_score"] for d in data)
     assert counts[-1] >= perfect
-    text = htmlreport.render(report, F.read(ROOT / "examples" / "figures"), generated="test")
+    text = htmlreport.render(report, generated="test")
     _self_contained(text)
     assert 'id="score-histogram"' in text and text.count("<rect") == len(counts)
     assert "This report is for staff" in text
+
+
+def test_the_class_report_shows_the_similar_pairs_of_class_summary_md():
+    report = load_batch(REPORTS)
+    columns = {col.label: c for c, col in enumerate(report.columns)}
+    listed = [row for row in (REPORTS / "class-summary.md").read_text().splitlines() if row.startswith("| mask\\_after")]
+    assert len(report.pairs) == len(listed) == 1  # the two bugs planted in one solution
+    (pair,) = report.pairs
+    assert (pair.a, pair.b, pair.a_column, pair.b_column) == ("mask_after_softmax", "unbiased_variance",
+                                                                columns["mask_after_softmax.py"], columns["unbiased_variance.py"])
+    text = htmlreport.render(report, generated="test")
+    assert f"{100 * pair.share_of_a:.0f}% | {100 * pair.share_of_b:.0f}%" in listed[0]  # the shares class-summary.md gives
+    assert (f'<tr><td><a href="#sub-{pair.a_column}">mask_after_softmax</a></td><td><a href="#sub-{pair.b_column}">unbiased_variance</a></td>'
+            f'<td class="mono">{100 * pair.share_of_a:.0f}%</td><td class="mono">{100 * pair.share_of_b:.0f}%</td>'
+            f'<td class="mono">{html.escape(pair.spans)}</td></tr>') in text
+    assert '<a href="#similar-pairs">Alike code</a>' in text
+
+
+def test_a_report_without_failures_shows_every_row():
+    report = load_batch(REPORTS / "good_student")
+    text = htmlreport.render(report, generated="test")
+    assert report.pairs is None and "similar-pairs" not in text  # one submission's folder: no pairs to show
+    assert '<table class="matrix" id="matrix">' in text and 'id="only-failing">' in text
+
+
+def test_docs_name_the_schema_version_the_gate_writes():
+    from gate.result import SCHEMA_VERSION
+
+    named = re.findall(r"report\.json` \(schema version (\d+)", (ROOT / "docs" / "report.md").read_text())
+    assert named == [str(SCHEMA_VERSION)]
 
 
 def test_bad_inputs_get_one_line(tmp_path, capsys):
     from htmlreport.__main__ import main
 
     (tmp_path / "x.json").write_text("{}")
-    assert main(["suite", str(tmp_path / "x.json"), "-o", str(tmp_path / "r.html"), "--no-figures"]) == 2
+    assert main(["suite", str(tmp_path / "x.json"), "-o", str(tmp_path / "r.html")]) == 2
     assert capsys.readouterr().err.strip() == f'htmlreport: {tmp_path / "x.json"}: not a suite record (expected "format": ' \
                                               "'transformer-invariants/suite-run'; write it with pytest --invariants-json)"
-    assert main(["batch", str(tmp_path), "-o", str(tmp_path / "c.html"), "--no-figures"]) == 2
+    assert main(["batch", str(tmp_path), "-o", str(tmp_path / "c.html")]) == 2
     assert "no report.json in it or in its sub-folders" in capsys.readouterr().err
     with pytest.raises(InputError, match="no such file"):
         load_suite([tmp_path / "missing.json"])
@@ -250,7 +281,7 @@ def test_bad_inputs_get_one_line(tmp_path, capsys):
 def test_the_batch_command_writes_a_report(tmp_path, capsys):
     from htmlreport.__main__ import main
 
-    assert main(["batch", str(REPORTS), "-o", str(tmp_path / "class.html"), "--figures", str(ROOT / "examples" / "figures")]) == 0
+    assert main(["batch", str(REPORTS), "-o", str(tmp_path / "class.html")]) == 0
     assert "class.html: " in capsys.readouterr().out and (tmp_path / "class.html").stat().st_size > 10_000
 
 

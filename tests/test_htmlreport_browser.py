@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 import htmlreport
-from htmlreport import figures as F
 from htmlreport.browser import Browser, find_chromium, png_size
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +47,9 @@ def reports(tmp_path_factory):
                         "-q", "-p", "no:cacheprovider"], cwd=work, capture_output=True, check=False)
         assert json.loads(record.read_text())["invariants"], record
         records.append(record)
-    pngs = F.read(ROOT / "examples" / "figures")
     suite, batch = work / "suite.html", work / "class.html"
-    suite.write_text(htmlreport.suite_html(records, figures=pngs), encoding="utf-8")
-    batch.write_text(htmlreport.batch_html(ROOT / "examples" / "reports", figures=pngs), encoding="utf-8")
+    suite.write_text(htmlreport.suite_html(records), encoding="utf-8")
+    batch.write_text(htmlreport.batch_html(ROOT / "examples" / "reports"), encoding="utf-8")
     return {"suite": suite, "batch": batch}
 
 
@@ -61,7 +59,7 @@ def test_renders_with_no_console_errors_and_fetches_nothing(browser, reports, ki
     cards = page.evaluate("document.querySelectorAll('details.card').length")
     assert cards > 0
     assert page.evaluate("document.documentElement.dataset.ready") == str(cards)  # the script ran to its end
-    assert page.evaluate("Array.from(document.images).every(img => img.complete && (img.naturalWidth > 0 || !img.getAttribute('src')))")
+    assert page.evaluate("document.images.length") == 0  # the lesson's figures are not in a report
     timing = page.timing()
     record_property(f"{kind}_bytes", reports[kind].stat().st_size)
     record_property(f"{kind}_load_ms", round(timing["load"]))
@@ -71,7 +69,7 @@ def test_renders_with_no_console_errors_and_fetches_nothing(browser, reports, ki
     assert page.problems == []
 
 
-def test_a_failure_card_opens_on_a_click_and_borrows_its_figure(browser, reports):
+def test_a_failure_card_opens_on_a_click_with_no_figure_that_is_not_about_it(browser, reports):
     page = browser.open(reports["suite"], width=WIDTH, height=HEIGHT)
     card = "document.querySelector('details.card[data-invariant=\"attention.causal_non_leakage\"]')"
     height = f"{card}.getBoundingClientRect().height"
@@ -83,26 +81,45 @@ def test_a_failure_card_opens_on_a_click_and_borrows_its_figure(browser, reports
     assert page.evaluate(height) > closed + 200
     assert page.evaluate(f"{card}.querySelector('.hint').textContent").startswith("the future leaks into the past")
     assert page.evaluate(f"{card}.querySelector('table.example').rows.length") >= 2  # the shrunk example's labelled draws
-    src = page.evaluate(f"{card}.querySelector('img[data-figure]').src")
-    assert src.startswith("data:image/png;base64,") and src == page.evaluate("document.querySelector('#fig-masks img').src")
-    assert page.evaluate(f"new Promise(r => {{ const i = {card}.querySelector('img[data-figure]'); i.decode().then(() => r(i.naturalWidth)); }})") > 0
+    assert page.evaluate(f"{card}.querySelectorAll('img, figure, svg').length") == 0
     page.click('details.card[data-invariant="attention.causal_non_leakage"] > summary')
     assert page.evaluate(f"{card}.open") is False and page.evaluate(height) == closed
     assert page.problems == []
 
 
-def test_a_failing_cell_opens_its_card_and_the_filter_hides_passing_rows(browser, reports):
+@pytest.mark.parametrize("kind", ["suite", "batch"])
+def test_the_matrix_opens_on_its_failing_rows_and_shows_all_at_a_click(browser, reports, kind):
+    page = browser.open(reports[kind], width=WIDTH, height=HEIGHT)
+    rows = "document.querySelectorAll('#matrix tr.row')"
+    visible = f"Array.from({rows}).filter(r => r.offsetParent !== null).length"
+    failing = page.evaluate("document.querySelectorAll('#matrix tr.row.has-failure').length")
+    assert page.evaluate("document.getElementById('only-failing').checked") is True
+    assert 0 < page.evaluate(visible) == failing < page.evaluate(f"{rows}.length")
+    page.click("#only-failing")
+    assert page.evaluate(visible) == page.evaluate(f"{rows}.length")
+    page.click("#only-failing")
+    assert page.evaluate(visible) == failing
+    assert page.problems == []
+
+
+def test_a_failing_cell_opens_its_card(browser, reports):
     page = browser.open(reports["batch"], width=WIDTH, height=HEIGHT)
     target = page.evaluate("document.querySelector('td.cell.s-failed a').getAttribute('href').slice(1)")
     page.click("td.cell.s-failed a")
     page.evaluate("new Promise(r => setTimeout(r, 50))")
     assert page.evaluate(f"document.getElementById('{target}').open") is True
-    rows = "document.querySelectorAll('#matrix tr.row')"
-    visible = f"Array.from({rows}).filter(r => r.offsetParent !== null).length"
-    before = page.evaluate(visible)
-    page.click("#only-failing")
-    after = page.evaluate(visible)
-    assert 0 < after < before and after == page.evaluate("document.querySelectorAll('#matrix tr.row.has-failure').length")
+    assert page.problems == []
+
+
+def test_the_class_report_shows_the_alike_pairs_linked_to_their_submissions(browser, reports):
+    page = browser.open(reports["batch"], width=WIDTH, height=HEIGHT)
+    assert page.evaluate("document.getElementById('pairs').checkVisibility()") is True
+    cells = page.evaluate("Array.from(document.querySelectorAll('#pairs tr:nth-child(2) td')).map(td => td.textContent)")
+    assert cells[:2] == ["mask_after_softmax", "unbiased_variance"] and cells[2].endswith("%") and " ~ " in cells[4]
+    target = page.evaluate("document.querySelector('#pairs tr:nth-child(2) td a').getAttribute('href')")
+    page.click("#pairs tr:nth-child(2) td a")
+    page.evaluate("new Promise(r => setTimeout(r, 50))")
+    assert page.evaluate("location.hash") == target and page.evaluate(f"document.querySelector('{target}').textContent").startswith("mask_after")
     assert page.problems == []
 
 
