@@ -141,9 +141,9 @@ CONVENTIONS = {
         Convention("MAX_DECODE_CHUNK", (int,), None,
                    "llama_decode is drawn with at most this many tokens in every chunk after the prefill (1: one-token steps)",
                    bounds=CHUNK_BOUNDS, real=CHUNK_IN_REAL_CODE),
-        Convention("PREFILL_WITHIN_WINDOW", (True, False), False,
-                   "True (a cache of w slots that refuses a longer prompt): with a window w, llama_decode's prefill and llama_logits' "
-                   "and llama_block's whole sequences are drawn with at most w tokens"),
+        Convention("CHUNKS_WITHIN_WINDOW", (True, False), False,
+                   "True (a cache of w slots that refuses a longer prompt or chunk): with a window w, every chunk of llama_decode (the "
+                   "prefill included) and llama_logits' and llama_block's whole sequences are drawn with at most w tokens"),
         Convention("KEY_MASK", (True, False), True,
                    "False (an attention core without a key-padding mask, as most Llama code): gqa_attention is always passed "
                    "key_mask=None and the invariants of padding are skipped"),

@@ -33,10 +33,11 @@ def _call(config, ids, chunks, note=""):
 
 
 def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
-    """decode_schedules of seq narrowed to the chunks impl declares it takes (MAX_DECODE_CHUNK, PREFILL_WITHIN_WINDOW);
+    """decode_schedules of seq narrowed to the chunks impl declares it takes (MAX_DECODE_CHUNK, CHUNKS_WITHIN_WINDOW);
     straddling: only those that straddle the window's edge."""
-    max_prefill = window if window is not None and declared(impl, "PREFILL_WITHIN_WINDOW") else None
-    return decode_schedules(seq, min_chunks=min_chunks, max_prefill=max_prefill, max_chunk=declared(impl, "MAX_DECODE_CHUNK"),
+    within = window if window is not None and declared(impl, "CHUNKS_WITHIN_WINDOW") else None
+    limits = [n for n in (within, declared(impl, "MAX_DECODE_CHUNK")) if n is not None]
+    return decode_schedules(seq, min_chunks=min_chunks, max_prefill=within, max_chunk=min(limits, default=None),
                             straddling=window if straddling else None)
 
 
@@ -61,7 +62,7 @@ def decode(impl, ids, params, config, chunks, call):
     except ImplementationError as exc:
         raise ImplementationError(
             f"llama_decode refused chunks={chunks.tolist()} at window={config.window} ({exc}): if it takes no such split, declare "
-            "MAX_DECODE_CHUNK or PREFILL_WITHIN_WINDOW (docs/protocol.md); otherwise it crashed", original=exc.original) from None
+            "MAX_DECODE_CHUNK or CHUNKS_WITHIN_WINDOW (docs/protocol.md); otherwise it crashed", original=exc.original) from None
     assert_value(len(answer) if isinstance(answer, tuple) else 1, 2, "number of arrays llama_decode returned (logits, cache)", call)
     logits = assert_shape(answer[0], (*ids.shape, config.vocab), "decoded logits", call)
     held = answer[1]
@@ -83,7 +84,7 @@ def decode_matches_full_forward(impl, case):
     position, to rounding."""
     config, params, ids, chunks = decode_case(impl, case, min_chunks=2)  # one chunk would be a plain forward
     T, w = ids.shape[1], config.window
-    if w is not None and T > w and declared(impl, "PREFILL_WITHIN_WINDOW"):  # its own full forward refuses T > w
+    if w is not None and T > w and declared(impl, "CHUNKS_WITHIN_WINDOW"):  # its own full forward refuses T > w
         call = _call(config, ids, chunks, "vs the reference's llama_logits (its own full forward takes at most w tokens)")
         logits, _ = decode(impl, ids, params, config, chunks, call)
         logits_against_reference(impl, logits, ids, params, config, "decoded logits", call)

@@ -37,10 +37,13 @@ from invariants.conventions import (
     rms_norm_eps,
 )
 from invariants.decoding import schedules_for
+from invariants.gqa import draw_gqa_inputs
+from invariants.llama import draw_config
 from invariants.moe import moe_params_for
 from invariants.norms import gains_and_biases_for
 from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
+from invariants.rope import draw_rope_inputs
 from strategies.activation import activation_inputs
 from strategies.attention import attention_args, attention_inputs
 from strategies.core import attention_shapes, float_arrays, integers, sampled_from
@@ -49,11 +52,8 @@ from strategies.decoder import (
     cross_inputs,
     decoder_block_params,
     gqa_args,
-    gqa_inputs,
     llama_block_params,
-    llama_configs,
     llama_params,
-    rope_inputs,
     swiglu_inputs,
 )
 from strategies.feed_forward import feed_forward_weights, hidden_states
@@ -304,25 +304,23 @@ def load_balancing_loss_keeps_dtype(impl, case):
 # --- the modern decoder (protocol v2): one dtype invariant per floating function -------------------------------------
 
 
-def _llama_config(impl, case, **options):
-    """A LlamaConfig impl can take (q/k/v biases only under QKV_BIASES = True, no window under SLIDING_WINDOW = False)."""
-    options.setdefault("qkv_bias", None if declared(impl, "QKV_BIASES") else False)
-    if not declared(impl, "SLIDING_WINDOW"):
-        options["windowed"] = False
-    return case.draw(llama_configs(max_layers=1, **options), "config")
+def _llama_config(impl, case):
+    """A one-layer LlamaConfig impl can take (invariants.llama.draw_config), whose window, where CHUNKS_WITHIN_WINDOW is declared,
+    takes the 3 tokens drawn here in one forward."""
+    return draw_config(impl, case, max_layers=1, **({"min_window": 3} if declared(impl, "CHUNKS_WITHIN_WINDOW") else {}))
 
 
 @invariant(requires=("rope",), hint=_hint("rope's answer is not in x's dtype: cos and sin left in float32 or float64 (round them to x's dtype)"))
 def rope_keeps_dtype(impl, case):
     """rope(x, positions, base) has x's dtype."""
-    inputs = case.draw(rope_inputs(max_seq=3), "inputs")
+    inputs = draw_rope_inputs(impl, case, "inputs", max_seq=3)
     assert_keeps_dtype(impl, "rope", (inputs["x"], inputs["positions"], inputs["base"]))
 
 
 @invariant(requires=("gqa_attention",), hint=_hint("gqa_attention's out or weights are not in q's dtype: a mask or a softmax in float32 kept"))
 def gqa_attention_keeps_dtype(impl, case):
     """gqa_attention(q, k, v, causal, key_mask, window) returns out and weights in q's dtype."""
-    inputs = case.draw(gqa_inputs(windowed=None if declared(impl, "SLIDING_WINDOW") else False), "inputs")
+    inputs = draw_gqa_inputs(impl, case)
     parts = ("out", "weights") if returns_weights(impl) else None
     assert_keeps_dtype(impl, "gqa_attention", gqa_args(inputs), parts=parts)
 

@@ -9,7 +9,7 @@ decoding path (llama_decode, the KV cache) has its invariants in invariants/deco
 What is drawn follows the declarations: q/k/v biases (Qwen2) only under QKV_BIASES = True, no
 window under SLIDING_WINDOW = False, the RMSNorm eps RMS_NORM_EPS (else 1e-5), the pairing
 ROPE_PAIRING (undeclared: either pairing's reference, one for the whole call), the base ROPE_THETA,
-whole sequences of at most w tokens under PREFILL_WITHIN_WINDOW; under COMPUTE_DTYPE = "float32" a
+whole sequences of at most w tokens under CHUNKS_WITHIN_WINDOW; under COMPUTE_DTYPE = "float32" a
 float64 run skips the invariants held to float64 rounding.
 """
 
@@ -45,8 +45,8 @@ def draw_config(impl, case, **options):
 
 
 def max_whole_sequence(impl, config, longest=6):
-    """The longest sequence impl takes in one forward: at most w under PREFILL_WITHIN_WINDOW with a window, else `longest`."""
-    if config.window is not None and declared(impl, "PREFILL_WITHIN_WINDOW"):
+    """The longest sequence impl takes in one forward: at most w under CHUNKS_WITHIN_WINDOW with a window, else `longest`."""
+    if config.window is not None and declared(impl, "CHUNKS_WITHIN_WINDOW"):
         return min(longest, config.window)
     return longest
 
@@ -113,7 +113,7 @@ def model_condition(impl, ids, params, config):
 
 
 def _block_case(impl, case, *, min_seq=1, **options):
-    if declared(impl, "PREFILL_WITHIN_WINDOW"):
+    if declared(impl, "CHUNKS_WITHIN_WINDOW"):
         options["min_window"] = min_seq  # a window that takes min_seq tokens in one forward
     config = draw_config(impl, case, **options)
     shape = case.draw(st.tuples(integers(1, 2), integers(min_seq, max_whole_sequence(impl, config))), "(batch, seq)")
@@ -223,10 +223,10 @@ def block_agrees_with_reference(impl, case):
 def model_case(impl, case, *, min_seq=1, decoding=False, edge=False, **options):
     """Draw a config, a params tree and ids (B, T) for llama_logits and llama_decode.
 
-    decoding: the ids may be longer than one forward takes (only llama_decode's prefill is bounded by
-    PREFILL_WITHIN_WINDOW); edge: more tokens than the window (w + 1 to 6).
+    decoding: the ids may be longer than one forward takes (CHUNKS_WITHIN_WINDOW bounds llama_decode's
+    chunks, not the sequence); edge: more tokens than the window (w + 1 to 6).
     """
-    if declared(impl, "PREFILL_WITHIN_WINDOW") and not decoding:
+    if declared(impl, "CHUNKS_WITHIN_WINDOW") and not decoding:
         options["min_window"] = max(min_seq, options.get("min_window", 1))
     config = draw_config(impl, case, **options)
     params = case.draw(llama_params(config), "params")

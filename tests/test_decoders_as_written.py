@@ -33,7 +33,8 @@ def _slot_decode(ids, params, n_heads, n_kv_heads, base, window, chunks, *, ring
     blocks, (B, T) = params["blocks"], ids.shape
     D = blocks[0]["W_q"].shape[1] // n_heads if blocks else 2
     S = window if ring and window is not None else T
-    K, V = np.zeros((len(blocks), B, n_kv_heads, S, D)), np.zeros((len(blocks), B, n_kv_heads, S, D))
+    K = np.zeros((len(blocks), B, n_kv_heads, S, D), dtype=params["embed"].dtype)  # (L, B, H_kv, S, D), allocated up front
+    V = np.zeros_like(K)
     held = np.full((len(blocks), S), -1)  # the position in each slot of each layer
     logits, table, start = [], [], 0
     for n in (int(c) for c in chunks):
@@ -63,10 +64,10 @@ def _slot_decode(ids, params, n_heads, n_kv_heads, base, window, chunks, *, ring
     return np.concatenate(logits, axis=1), np.stack(table)
 
 
-def _decoder(label, *, ring=False, one_position_per_chunk=False, refuse_long_prefill=False, **declarations):
+def _decoder(label, *, ring=False, one_position_per_chunk=False, refuse_long_chunks=False, **declarations):
     def llama_decode(ids, params, n_heads, n_kv_heads, base, window, chunks):
-        if refuse_long_prefill and window is not None and int(chunks[0]) > window:
-            raise ValueError(f"the prompt ({int(chunks[0])} tokens) is longer than the cache's {window} slots")
+        if refuse_long_chunks and window is not None and int(max(chunks)) > window:
+            raise ValueError(f"a chunk of {int(max(chunks))} tokens is longer than the cache's {window} slots")
         return _slot_decode(ids, params, n_heads, n_kv_heads, base, window, chunks, ring=ring,
                             one_position_per_chunk=one_position_per_chunk)
 
@@ -100,14 +101,14 @@ def test_a_cache_reported_by_its_size_is_still_read():
     assert _outcomes(_impl("sizes", llama_decode=by_size), ["decoding.cache_size_law"])["decoding.cache_size_law"].status == "passed"
 
 
-def test_a_refused_prefill_is_a_refusal_and_declaring_it_narrows_the_draws():
+def test_a_refused_chunk_is_a_refusal_and_declaring_it_narrows_the_draws():
     outcome = run_invariant(REGISTRY["decoding.cache_size_law"], _decoder("refuses"), settings=CI)
     assert outcome.status == "passed"  # the reference-style decoder takes any prefill
-    refusing = _decoder("refuses", refuse_long_prefill=True)
+    refusing = _decoder("refuses", refuse_long_chunks=True)
     outcome = run_invariant(REGISTRY["decoding.cache_size_law"], refusing, settings=CI)
     assert outcome.status == "error" and outcome.reason.startswith("llama_decode refused chunks="), outcome.reason
-    assert "PREFILL_WITHIN_WINDOW" in outcome.reason
-    declared = _decoder("declares", refuse_long_prefill=True, ring=True, PREFILL_WITHIN_WINDOW=True)
+    assert "CHUNKS_WITHIN_WINDOW" in outcome.reason
+    declared = _decoder("declares", refuse_long_chunks=True, ring=True, CHUNKS_WITHIN_WINDOW=True)
     outcomes = _outcomes(declared, DECODING)
     assert all(o.status == "passed" for o in outcomes.values()), {n: o.reason for n, o in outcomes.items()}
 
