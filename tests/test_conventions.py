@@ -99,6 +99,11 @@ BAD = [
     ("ROPE_PAIRING", np.zeros(2), "ROPE_PAIRING = array([0., 0.]) is not allowed: expected 'half_split' or 'interleaved'"),  # no truth value
     ("TOP_K_TIES", "lower_index", "TOP_K_TIES = 'lower_index' is not allowed: expected 'lower' or 'any'"),
     ("EXPERT_FFN", "silu", "EXPERT_FFN = 'silu' is not allowed: expected 'gelu' or 'swiglu'"),
+    ("ROPE_THETA", 1e9, "ROPE_THETA = 1000000000.0 is not allowed: expected a float from 10000.0 to 10000000.0; real RoPE uses "
+     "10,000 (Llama 2), 500,000 (Llama 3), 1,000,000 (Qwen2, CodeLlama), at most 10,000,000 (Qwen2.5-1M)"),
+    ("MAX_DECODE_CHUNK", 0, "MAX_DECODE_CHUNK = 0 is not allowed: expected an int from 1 to 2147483647; one-token steps (1) in "
+     "most generate loops; chunked prefill and speculative decoding take more"),
+    ("COMPUTE_DTYPE", "float16", "COMPUTE_DTYPE = 'float16' is not allowed: expected 'float32'"),
 ]
 
 
