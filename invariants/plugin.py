@@ -70,8 +70,8 @@ def asked(config):
 
 
 def pytest_configure(config):
-    """When the invariants are asked for, refuse a bad option before anything runs, in one line; otherwise do nothing."""
-    if not asked(config):
+    """When the invariants are asked for, refuse a bad option before anything runs, in one line; otherwise (or for --help) do nothing."""
+    if not asked(config) or config.option.help:
         return
     selection(config)
     path = _option(config, "--invariants-json")
@@ -131,7 +131,7 @@ class _Selection:
             namespace, self.backend = load_target(self.target, backend=backend)
             if self.backend == "numpy" and self.device != "cpu":
                 _refuse(config, "--impl-device", self.device, f"cannot run {self.target}, a numpy implementation: numpy runs on the cpu "
-                        "only; leave --impl-device out, or choose a torch implementation")
+                        "only; use cpu, or choose a torch implementation")
             if self.backend == "numpy" and self.dtype == "bfloat16":
                 _refuse(config, "--impl-dtype", self.dtype, f"cannot run {self.target}, a numpy implementation: numpy has no bfloat16; "
                         "choose float64, float32 or float16, or a torch implementation")

@@ -35,7 +35,7 @@ BAD_OPTIONS = {
     "backend": (("--impl-backend", "jax"), "--impl-backend='jax' is not one of numpy, torch (leave it out to use the target's BACKEND)"),
     "device": (("--impl-device", "tpu"), "--impl-device='tpu' is not one of cpu, cuda, cuda:N (cuda for a torch implementation)"),
     "numpy_on_cuda": (("--impl-device", "cuda"), "--impl-device='cuda' cannot run reference.numpy, a numpy implementation: "
-                      "numpy runs on the cpu only; leave --impl-device out, or choose a torch implementation"),
+                      "numpy runs on the cpu only; use cpu, or choose a torch implementation"),
     "numpy_bfloat16": (("--impl-dtype", "bfloat16"), "--impl-dtype='bfloat16' cannot run reference.numpy, a numpy implementation: "
                        "numpy has no bfloat16; choose float64, float32 or float16, or a torch implementation"),
 }
@@ -141,3 +141,8 @@ def test_cuda_request_without_a_gpu_skips_loudly(pytester):
 def test_unknown_profile_is_a_usage_error(pytester, monkeypatch):
     monkeypatch.setenv("TI_PROFILE", "fast")
     _one_usage_error(pytester.runpytest_subprocess("--pyargs", "invariants", "-k", "norms"), "TI_PROFILE='fast' is not one of dev, ci, thorough")
+
+
+def test_help_is_given_whatever_the_options_say(pytester):
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "no_such_module", "--impl-device", "tpu", "--help")
+    assert result.ret == pytest.ExitCode.OK and "--impl-device=IMPL_DEVICE" in result.stdout.str()
