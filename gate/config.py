@@ -23,7 +23,8 @@ from invariants.protocol import BACKENDS, DTYPES
 from invariants.registry import COMPONENTS, all_invariants
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
-PROTECTIONS = ("filesystem", "tmp", "pid", "network", "cpu", "memory", "file_size", "core_dumps", "user", "capabilities", "processes", "new_privileges")
+PROTECTIONS = ("filesystem", "tmp", "pid", "network", "cpu", "memory", "file_size", "core_dumps", "user", "capabilities", "processes",
+               "new_privileges")
 SECTIONS = {
     "assignment": {"name", "backend", "dtype", "device", "entry"},
     "examples": {"profile", "max_examples"},
