@@ -11,7 +11,7 @@ the one the suite saw, what the suite expected, the violation and the hint. It e
 failure reproduces (every answer is the one the suite judged failing, or a call now raises or
 answers NaN or inf), 0 once the answers changed, 2 when it cannot find its module. It compares
 answers only: it does not re-check the property, and says so. An answer that would take the
-arrays kept past MAX_ARRAY_BYTES is described (dtype, shape, bytes) instead of kept, and not compared.
+arrays kept past MAX_ARRAY_BYTES, or that is not plain data, is described (dtype, shape, bytes) instead of kept, and not compared.
 
 What the implementation controls (its answers, its error messages, the file name) reaches the
 script only as data: Python literals written by repr() of plain values, or the .npz. The
@@ -90,13 +90,29 @@ def _seen(answer):
     return ("error", str(answer).split("\n")[0][:1000]) if isinstance(answer, Exception) else ("answer", answer)
 
 
+def _exact(value):
+    """Whether _literal writes value as itself, not as a string naming its type."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in NUMERIC or all(map(_exact, value.ravel().tolist()))
+    if isinstance(value, np.generic):
+        return value.dtype.kind in NUMERIC
+    if isinstance(value, dict):
+        return all(map(_exact, value)) and all(map(_exact, value.values()))
+    if isinstance(value, (list, tuple)):
+        return all(map(_exact, value))
+    return type(value) in PLAIN
+
+
 def _kept(calls):
-    """(name, args, seen) per call, an answer described ("dropped", text) once the arrays kept would pass MAX_ARRAY_BYTES."""
+    """(name, args, seen) per call, an answer described ("dropped", text) where it is not plain data, or once the arrays kept
+    would pass MAX_ARRAY_BYTES: the script shows it, and does not compare it."""
     used = sum(_nbytes(args) for _, args, _ in calls)
     kept = []
     for name, args, answer in calls:
         kind, seen = _seen(answer)
-        if kind == "answer" and used + _nbytes(seen) > MAX_ARRAY_BYTES:
+        if kind == "answer" and not _exact(seen):
+            kind, seen = "dropped", f"{_described(seen)}: not plain data"
+        elif kind == "answer" and used + _nbytes(seen) > MAX_ARRAY_BYTES:
             kind, seen = "dropped", f"{_described(seen)}, {_nbytes(seen):,} bytes: over the {MAX_ARRAY_BYTES >> 20} MiB this script keeps"
         used += _nbytes(seen)
         kept.append((name, list(args), (kind, seen)))
@@ -301,7 +317,7 @@ def replay(module, number, name, args, kind, seen):
         return "same" if kind == "error" else "raises"
     show("now", got)
     if kind == "dropped":
-        print(f"  the suite saw an answer too large to keep here: {{seen}}")
+        print(f"  the suite saw an answer this script does not keep: {{seen}}")
         return "unknown"
     if kind == "error":
         print(f"  the suite saw an error: {{seen}}")
@@ -328,7 +344,7 @@ def main(argv):
     print()
     broken = [f"call {{n}} {{r}}" for n, r in enumerate(results, 1) if r in ("raises", "not finite")]
     changed = [str(n) for n, r in enumerate(results, 1) if r == "changed"]
-    unknown = f" ({{results.count('unknown')}} answer(s) too large to keep were not compared)" if "unknown" in results else ""
+    unknown = f" ({{results.count('unknown')}} answer(s) not kept here were not compared)" if "unknown" in results else ""
     if broken or not changed:
         print(f"REPRODUCES: {{', '.join(broken) or 'every answer is the one the suite judged a violation of ' + INVARIANT}}{{unknown}}")
         return 1

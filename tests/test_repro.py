@@ -126,8 +126,8 @@ def test_repro_data_is_bounded_and_a_dropped_answer_is_described(tmp_path):
     assert kept < MAX_ARRAY_BYTES + (1 << 20), f"the repro keeps {kept:,} bytes, over its bound of {MAX_ARRAY_BYTES:,}"
     done = _run_script(script, LEAKY)
     assert done.returncode == 1, done.stderr
-    assert done.stdout.count("the suite saw an answer too large to keep here: float64 (1024, 1024, 2), 16,777,216 bytes") == len(calls)
-    assert f"({len(calls)} answer(s) too large to keep were not compared)" in done.stdout
+    assert done.stdout.count("the suite saw an answer this script does not keep: float64 (1024, 1024, 2), 16,777,216 bytes") == len(calls)
+    assert f"({len(calls)} answer(s) not kept here were not compared)" in done.stdout
 
 
 class _Forged:
@@ -144,5 +144,6 @@ def test_a_repro_writes_any_answer_and_message_as_data(tmp_path):
     forged = dataclasses.replace(outcome, calls=calls, problem='"""\n__import__("pathlib").Path("PWNED").touch()\n##vso[task.complete]')
     script = write_repro(forged, impl, tmp_path)
     done = _run_script(script, LEAKY)
-    assert not (tmp_path / "PWNED").exists() and done.returncode == 0, done.stderr
+    assert not (tmp_path / "PWNED").exists() and done.returncode == 1, done.stderr  # 1: an answer it cannot hold is not a changed one
+    assert done.stdout.count("the suite saw an answer this script does not keep: _Forged: not plain data") == len(calls)
     assert "##vso[" not in script.read_text(), "a CI command in the source, as `cat` would print it"
