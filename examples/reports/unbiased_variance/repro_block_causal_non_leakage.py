@@ -127,7 +127,7 @@ def replay(module, number, name, args, kind, seen):
         return "same" if kind == "error" else "raises"
     show("now", got)
     if kind == "dropped":
-        print(f"  the suite saw an answer too large to keep here: {seen}")
+        print(f"  the suite saw an answer this script does not keep: {seen}")
         return "unknown"
     if kind == "error":
         print(f"  the suite saw an error: {seen}")
@@ -154,7 +154,7 @@ def main(argv):
     print()
     broken = [f"call {n} {r}" for n, r in enumerate(results, 1) if r in ("raises", "not finite")]
     changed = [str(n) for n, r in enumerate(results, 1) if r == "changed"]
-    unknown = f" ({results.count('unknown')} answer(s) too large to keep were not compared)" if "unknown" in results else ""
+    unknown = f" ({results.count('unknown')} answer(s) not kept here were not compared)" if "unknown" in results else ""
     if broken or not changed:
         print(f"REPRODUCES: {', '.join(broken) or 'every answer is the one the suite judged a violation of ' + INVARIANT}{unknown}")
         return 1
