@@ -276,8 +276,10 @@ class View:
                 if parent not in made and not any(_under(parent, t) for t in mounted):
                     args += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
-            if kind in ("ro", "tmpfs", "proc", "devfs"):
+            if kind in ("ro", "proc", "devfs"):  # a host tree: its folders are there already
                 mounted.append(m["dst"])
+            elif kind == "tmpfs":  # empty: a tree mounted inside it (a virtualenv under /tmp) needs its parents made
+                made.add(m["dst"])
             if kind == "symlink":
                 args += ["--symlink", m["target"], m["dst"]]
             elif kind == "ro":

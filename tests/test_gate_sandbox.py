@@ -159,6 +159,26 @@ def test_masks_hide_project_paths_inside_a_mounted_tree(tool_name, tmp_path):
     assert contents["__editable___x_finder.py"] == 0 and contents["secret.txt"] == 0, contents
 
 
+@pytest.mark.parametrize("tool_name", CONFINED)
+def test_a_tree_under_tmp_is_passable_for_the_workers_uid(tool_name, tmp_path):
+    """A virtualenv under /tmp (a CI clone there) lies inside the worker's private /tmp: its parents are made 0755, not 0700."""
+    tool = _tool(tool_name)
+    assert str(tmp_path).startswith("/tmp/"), tmp_path
+    lib = tmp_path / "venv" / "site-packages"
+    (lib / "installed_lib").mkdir(parents=True)
+    (lib / "installed_lib" / "__init__.py").write_text("VALUE = 7\n")
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    view = confine.View.for_worker(submission=submission, runtime=confine.copy_runtime(tmp_path / "runtime"), scratch_bytes=1 << 20,
+                                   trees=[*confine._interpreter_trees(), str(lib)], project=[])
+    uid = sandbox.UID_BASE + os.getpid()
+    switch_then_import = (f"import os, sys; os.setgroups([]); os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid}); "
+                          f"sys.path.insert(0, {str(lib)!r}); import installed_lib; print(installed_lib.VALUE)")
+    command = view.command(tool, [sys.executable, "-c", switch_then_import], scratch=tmp_path, drop_user=True, info_fd=None)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "7", done.stderr
+
+
 def _sleepers(marker):
     found = []
     for proc in Path("/proc").iterdir():
