@@ -144,10 +144,20 @@ def _name(spec):
 
 @dataclass(frozen=True)
 class Array:
-    """An array of exactly `shape` (None: at most one element), of a dtype whose kind is in `kinds`."""
+    """An array of exactly `shape` (None: at most one element; a None axis: any length), of a dtype whose kind is in `kinds`."""
 
     shape: tuple | None
     kinds: str
+
+    def shape_text(self):
+        return "(" + ", ".join("*" if n is None else str(n) for n in self.shape) + (",)" if len(self.shape) == 1 else ")")
+
+
+@dataclass(frozen=True)
+class Either:
+    """An answer that may take any of several forms (llama_decode's cache_positions or cache_sizes)."""
+
+    forms: tuple
 
 
 TEXT = "text"
@@ -159,7 +169,7 @@ def _f(shape):
 
 
 def _i(shape):
-    return Array(tuple(shape), NUMBERS)
+    return Array(tuple(None if n is None else int(n) for n in shape), NUMBERS)
 
 
 NUMBER = Array(None, NUMBERS + "b")
@@ -207,10 +217,16 @@ EXPECTED = {  # protocol function: its arguments -> the answer they call for (in
     "llama_block": lambda x, params, n_heads, n_kv_heads, rope_base, window: _f(_shape(x)),
     "llama_logits": lambda ids, params, *rest: _f(_shape(ids) + _shape(params["embed"])[:1]),
     "llama_decode": lambda ids, params, n_heads, n_kv_heads, rope_base, window, chunks: (
-        _f(_shape(ids) + _shape(params["embed"])[:1]), _i((1 if chunks is None else np.asarray(chunks).size,))),
+        _f(_shape(ids) + _shape(params["embed"])[:1]),
+        # cache_positions (n, L, heads, slots): the heads and slots are the cache's own, for the cache law to judge; or cache_sizes (n,)
+        Either((_i((_chunk_count(chunks), len(params["blocks"]), None, None)), _i((_chunk_count(chunks),))))),
     "cross_attention": lambda x, memory, W_q, W_k, W_v, W_o, n_heads: (_f(_shape(x)), _f(_heads(x, n_heads, _shape(memory)[-2]))),
     "decoder_block": lambda x, memory, params, n_heads: _f(_shape(x)),
 }
+
+
+def _chunk_count(chunks):
+    return 1 if chunks is None else np.asarray(chunks).size
 
 
 def expected(name, args):
@@ -235,6 +251,16 @@ def answer_problem(name, args, header):
 
 
 def _mismatch(want, tree, what, arrays):
+    if isinstance(want, Either):
+        problems = []
+        for form in want.forms:
+            fits = []
+            problem = _mismatch(form, tree, what, fits)
+            if problem is None:
+                arrays.extend(fits)
+                return None
+            problems.append(problem)
+        return "; or ".join(problems)
     if isinstance(want, tuple):
         items = tree.get("__tuple__") if isinstance(tree, dict) else None
         if not isinstance(items, list) or len(items) != len(want):
@@ -254,8 +280,8 @@ def _mismatch(want, tree, what, arrays):
         return f"dtype of {what}={dtype}, but should be {'a float dtype' if want.kinds == FLOATS else 'a real number dtype'}"
     if want.shape is None and math.prod(shape) > 1:
         return f"shape of {what}={tuple(shape)}, but should be a scalar"
-    if want.shape is not None and tuple(shape) != tuple(int(n) for n in want.shape):
-        return f"shape of {what}={tuple(shape)}, but should be {want.shape}"
+    if want.shape is not None and (len(shape) != len(want.shape) or any(w is not None and n != w for n, w in zip(shape, want.shape, strict=True))):
+        return f"shape of {what}={tuple(shape)}, but should be {want.shape_text()}"
     arrays.append(tree)
     return None
 

@@ -113,6 +113,22 @@ def test_an_answer_is_held_to_its_arguments_from_its_declarations(name, args, an
     assert frames.answer_problem(name, args, _declared(answer)) == problem
 
 
+_DECODE_ARGS = (np.zeros((2, 5), dtype=np.int64), {"embed": np.ones((7, 4)), "blocks": [{}, {}]}, 2, 1, 10_000.0, None, np.array([3, 2]))
+
+
+@pytest.mark.parametrize("cache", [np.full((2, 2, 2, 64), -1), np.full((2, 2, 1, 5), -1), np.array([10, 20])],
+                         ids=["positions-preallocated-per-query-head", "positions-grown", "sizes"])
+def test_llama_decodes_cache_report_may_take_either_form_and_any_layout(cache):
+    """cache_positions' heads and slots are the cache's own (the cache law judges them), or cache_sizes (n,)."""
+    assert frames.answer_problem("llama_decode", _DECODE_ARGS, _declared((np.ones((2, 5, 7)), cache))) is None
+
+
+def test_a_cache_report_of_neither_form_names_both():
+    problem = frames.answer_problem("llama_decode", _DECODE_ARGS, _declared((np.ones((2, 5, 7)), np.ones((2, 3), dtype=np.int64))))
+    assert problem == ("shape of llama_decode output[1]=(2, 3), but should be (2, 2, *, *); "
+                       "or shape of llama_decode output[1]=(2, 3), but should be (2,)")
+
+
 def test_an_answer_that_announces_more_bytes_than_its_arrays_need_is_a_frame_error():
     header = {**_declared(np.ones((2, 4))), "buffers": [256 << 20]}
     with pytest.raises(frames.FrameError, match="announces 268435456 bytes of arrays, but its arrays need 64"):
