@@ -168,9 +168,19 @@ def cross_entropy_known_values(impl, case):
     "or log-sum-exp subtracts the row max and does not add it back, or skips the max (log Σexp(x) rounds below the target's logit: -1e-17)",
 )
 def cross_entropy_non_negative(impl, case):
-    """cross_entropy >= 0 exactly: every log-probability is <= 0, since lse(x) >= max(x) >= x_t in any rounding."""
+    """cross_entropy >= 0 exactly: every log-probability is <= 0, since lse(x) >= max(x) >= x_t in any rounding.
+
+    Half the examples put every target's logit at one small value u (0.01 to 0.5) and the rest of its row
+    40 or more below it, where each row's loss is 0 to rounding: there log Σexp(x) without the max is
+    log(exp(u)), which rounds below u for about 4 in 10 such u in float64 (the max-subtracted form gives
+    u + log(1 + ~0) >= u).
+    """
     x = case.draw(_loss_logits(), "x")
     t = case.draw(targets(x), "targets")
+    if case.draw(st.booleans(), "targets far above the rest of their rows"):
+        u = case.draw(st.floats(0.01, 0.5), "the targets' logit u")
+        x = x - x.max(axis=-1, keepdims=True) + (u - 40)  # every logit <= u - 40
+        np.put_along_axis(x, t[..., None], u, axis=-1)
     call = "cross_entropy(x, targets)"
     loss = assert_shape(impl.cross_entropy(x, t), (), "cross_entropy(x, targets)", call)
     assert_where(loss >= 0, loss, "cross_entropy(x, targets)", ">= 0", call)
