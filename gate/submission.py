@@ -65,6 +65,8 @@ def _check_tree(folder):
                 raise SubmissionError(f"the file name {os.fsencode(path.relative_to(folder))!r} is not UTF-8: rename it") from None
             if path.is_symlink():
                 raise SubmissionError(f"{path.relative_to(folder)} is a symbolic link: submit plain files")
+            if not (path.is_dir() or path.is_file()):  # a FIFO would hang the copy; a device or socket is no source file
+                raise SubmissionError(f"{path.relative_to(folder)} is not a regular file (a FIFO, socket or device): submit plain files")
         for name in filenames:
             if name in IGNORED:
                 continue

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import struct
 import threading
 import zipfile
@@ -255,6 +256,28 @@ def test_a_file_name_that_is_not_utf8_is_not_gradable_and_named(assignment, tmp_
     result = grade(folder, assignment)
     assert result.verdict == NOT_GRADABLE, reasons(result)
     assert result.reason == "the file name b'notes\\xff.txt' is not UTF-8: rename it"
+
+
+@pytest.mark.parametrize("make", [lambda p: p.symlink_to("/etc/shadow"), lambda p: os.mkfifo(p)], ids=["symlink", "fifo"])
+def test_a_link_or_a_fifo_in_a_folder_is_not_gradable_and_named(make, assignment, tmp_path):
+    """Only plain files are copied: a link could reach the host's files, and copying a FIFO blocks until someone writes to it."""
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "submission.py").write_text(GOOD)
+    make(folder / "data.txt")
+
+    def stuck(signum, frame):
+        raise TimeoutError("grading a folder holding a FIFO blocked for 30 s")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(30)  # bounded: a copy that opens the FIFO blocks until someone writes to it
+    try:
+        result = grade(folder, assignment)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert result.verdict == NOT_GRADABLE, reasons(result)
+    assert result.reason.startswith("data.txt is ") and result.reason.endswith(": submit plain files"), result.reason
 
 
 def test_a_submission_whose_own_name_is_not_utf8_is_not_gradable_and_its_reports_are_written(tmp_path):
