@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from invariants.diagnosis import DEPENDS, diagnose, leave_one_out_accuracy, likely_bugs, load_signatures, named_by, non_finite_first, root_failures
 from invariants.registry import COMPONENTS, REGISTRY, all_invariants
 
@@ -71,3 +73,20 @@ def test_leave_one_out_accuracy_is_measured_and_beats_the_first_failure():
     assert accuracy > first_failure, (accuracy, first_failure)
     assert len(misses) == round((1 - accuracy) * len(SIGNATURES))
     assert accuracy >= 0.9, f"leave-one-out diagnosis fell to {accuracy:.1%} (issue 10 asks for 90%): {misses}"
+
+
+def test_the_held_out_outcomes_are_those_of_the_held_out_and_documented_bugs():
+    """tests/fixtures/heldout_outcomes.json is rewritten (python -m tests.heldout_bugs) when a bug is added to either set."""
+    from heldout_bugs import HELD_OUT, OUTCOMES
+
+    from mutants.documented import documented_mutants
+
+    assert set(json.loads(OUTCOMES.read_text())) == set(HELD_OUT) | {m.name for m in documented_mutants()}
+
+
+def test_the_likely_bug_line_names_bugs_its_hints_were_not_written_for():
+    """Measured on bugs held out of the tuning (issue 26 §4): the new decoder bugs, and the documented bugs by the invariants that name them."""
+    from heldout_bugs import figures
+
+    measured = figures(likely_bugs)
+    assert measured["held_out"] >= 0.0 and measured["documented"] >= 13 / 22 and measured["documented_component"] >= 20 / 22, measured

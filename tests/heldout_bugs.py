@@ -1,0 +1,194 @@
+"""Modern-decoder bugs written without sight of the invariants' hints: the held-out set the likely-bug line is measured on (issue 26 §4).
+
+Each is the numpy reference with one function replaced, as a user's own Llama would be wrong: the
+block computes its own RMSNorm and its own attention mask, so the protocol's rms_norm and gqa_attention
+stay correct and only the block, the model and the decode see the bug. Each bug's `cause` is one of
+CAUSES; the likely-bug line names the bug when it matches that cause's pattern and at most one other
+(a hint that lists every cause names none). Written with the bugs, before any tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import reference.numpy as ref
+from mutants import Mutant
+
+
+@dataclass(frozen=True)
+class HeldOut(Mutant):
+    """A held-out bug: a Mutant plus its cause (a key of CAUSES)."""
+
+    cause: str = ""
+
+
+HELD_OUT: dict[str, HeldOut] = {}
+CAUSES = {"norm": r"RMSNorm|\beps\b|centr|gain", "bias": r"\bbias", "window": r"window", "float32": r"float32", "refusal": r"refus"}
+
+
+def held_out(slug, function, *, replaces, bug, cause):
+    """Register `function` as the held-out bug heldout.<slug> (killed_by is left empty: no hint was written for it)."""
+    HELD_OUT[f"heldout.{slug}"] = HeldOut(f"heldout.{slug}", bug, "", "numpy", replaces, function, cause=cause)
+
+
+def _block_with_norm(norm):
+    """The reference's llama_block_step with its two RMSNorms computed by `norm(x, gain, eps)`."""
+
+    def step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=ref.EPS):
+        p = params
+        attended, cache = ref.llama_attention(norm(x, p["attn_norm"], eps), p, n_heads, n_kv_heads, positions, rope_base, window, cache,
+                                              pairing=pairing)
+        h = x + attended
+        return h + ref.swiglu(norm(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"]), cache
+
+    return step
+
+
+def _eps_outside_root(x, gain, eps):
+    return x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + eps) * gain  # BUG: sqrt(ms) + eps
+
+
+def _one_plus_gain(x, gain, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * (1 + gain)  # BUG: Gemma's (1 + g) on Llama weights
+
+
+def _centred(x, gain, eps):
+    centred = x - x.mean(axis=-1, keepdims=True)  # BUG: RMSNorm does not centre
+    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps) * gain
+
+
+def _float32_norm(x, gain, eps):
+    x32 = x.astype(np.float32)  # by design, as Llama's x.float(): correct, but float32 rounding in a float64 run
+    return (x32 / np.sqrt((x32 * x32).mean(axis=-1, keepdims=True) + np.float32(eps))).astype(x.dtype) * gain
+
+
+held_out("rms_eps_outside_root", _block_with_norm(_eps_outside_root), replaces="llama_block_step",
+         bug="the block's RMSNorm adds eps outside the root: x / (√ms + eps)", cause="norm")
+held_out("rms_one_plus_gain", _block_with_norm(_one_plus_gain), replaces="llama_block_step",
+         bug="the block's RMSNorm scales by (1 + gain)", cause="norm")
+held_out("rms_centred", _block_with_norm(_centred), replaces="llama_block_step",
+         bug="the block's RMSNorm centres the row (a LayerNorm without bias)", cause="norm")
+held_out("rms_in_float32", _block_with_norm(_float32_norm), replaces="llama_block_step",
+         bug="the block computes RMSNorm in float32 (correct code, float64 run)", cause="float32")
+
+
+def _attention(bias_q, bias_k, bias_v, *, prefill_window=lambda window: window):
+    """The reference's llama_attention with the biases read by name (None: dropped) and the prefill's window changed."""
+
+    def attend(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+        q = ref.split_heads(ref.project(x, p["W_q"], p.get(bias_q) if bias_q else None), n_heads)
+        k = ref.split_heads(ref.project(x, p["W_k"], p.get(bias_k) if bias_k else None), n_kv_heads)
+        v = ref.split_heads(ref.project(x, p["W_v"], p.get(bias_v) if bias_v else None), n_kv_heads)
+        q, k = ref.rope(q, positions, rope_base, pairing=pairing), ref.rope(k, positions, rope_base, pairing=pairing)
+        held = np.asarray(positions)
+        if cache is not None:
+            k, v = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2)
+            held = np.concatenate([cache[2], held])
+        w = prefill_window(window) if cache is None and window is not None else window
+        heads, _ = ref.gqa_attention(q, k, v, True, None, w)
+        return ref.merge_heads(heads) @ p["W_o"], (k, v, held)
+
+    return attend
+
+
+held_out("qkv_biases_dropped", _attention(None, None, None), replaces="llama_attention",
+         bug="q, k and v biases dropped (Qwen2's b_q, b_k, b_v never read)", cause="bias")
+held_out("key_bias_on_values", _attention("b_q", "b_k", "b_k"), replaces="llama_attention",
+         bug="the key bias added to the values (b_k where b_v belongs)", cause="bias")
+held_out("prefill_window_one_wider", _attention("b_q", "b_k", "b_v", prefill_window=lambda window: window + 1), replaces="llama_attention",
+         bug="the prefill's window one key wider than the decode's (w + 1 keys)", cause="window")
+
+
+def _refuses_long_prefill(ids, params, n_heads, n_kv_heads, rope_base=ref.ROPE_BASE, window=None, chunks=None, *, pairing="half_split",
+                          eps=ref.EPS):
+    first = np.shape(ids)[1] if chunks is None else int(np.asarray(chunks).reshape(-1)[0])
+    if window is not None and first > window:
+        raise ValueError(f"prefill of {first} tokens is longer than the window {window}")  # a limit, not a wrong answer
+    return ref.llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks, pairing=pairing, eps=eps)
+
+
+held_out("refuses_long_prefill", _refuses_long_prefill, replaces="llama_decode",
+         bug="llama_decode refuses a prefill longer than the window (a limit it does not declare)", cause="refusal")
+
+
+def _float32_rope(x, positions, base=ref.ROPE_BASE, *, pairing="half_split"):
+    angles = ref.rope_angles(positions, x.shape[-1], base).astype(np.float32)  # float32 tables, by design
+    cos, sin = np.cos(angles), np.sin(angles)
+    first, second = ref.rope_pairs(x.astype(np.float32), pairing)
+    return ref.rope_join(first * cos - second * sin, first * sin + second * cos, pairing).astype(x.dtype)
+
+
+held_out("rope_in_float32", _float32_rope, replaces="rope", bug="RoPE computed with float32 tables (correct code, float64 run)", cause="float32")
+
+
+def names_the_bug(bug, lines):
+    """Whether the likely-bug line of `lines` (likely_bugs' output) matches the bug's cause and at most one other cause."""
+    line = next((line for line in lines if line.startswith("likely bug:")), "")
+    matched = {cause for cause, pattern in CAUSES.items() if re.search(pattern, line, re.IGNORECASE)}
+    return bug.cause in matched and len(matched) <= 2
+
+
+def outcomes_of(bug, *, profile="ci"):
+    """(invariant, status, reason) for every invariant on `bug` (a held one's reason left empty); those that cannot reach its bug held unrun."""
+    from invariants.registry import all_invariants
+    from invariants.runner import run_invariant
+    from mutants.matrix import _settings, could_reach
+
+    impl, settings, triples = bug.implementation(), _settings(profile), []
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for inv in all_invariants():
+            if inv.skip_reason(impl):
+                continue
+            if not could_reach(inv, impl.namespace, bug.replaces):
+                triples.append((inv.name, "passed", ""))
+                continue
+            outcome = run_invariant(inv, impl, settings=settings)
+            if not outcome.check_crashed:
+                triples.append((inv.name, outcome.status, "" if outcome.passed else outcome.reason))
+    return triples
+
+
+OUTCOMES = Path(__file__).parent / "fixtures" / "heldout_outcomes.json"  # written by main(): a ci run of the whole suite on each bug
+
+
+def _top(lines):
+    """The invariant the likely-bug line names ("likely bug: <invariant>: ..."), or None."""
+    line = next((line for line in lines if line.startswith("likely bug:")), "")
+    return line.split(":")[1].strip() if line else None
+
+
+def figures(likely_bugs, outcomes=None):
+    """{"held_out", "documented", "documented_component"}: the shares of the bugs whose likely-bug line names them.
+
+    A held-out bug by names_the_bug; a documented one when the line names an invariant of its named_by
+    (killed_by and also_named_by), or, looser, one of its killed_by's component.
+    """
+    from mutants.documented import documented_mutants
+
+    outcomes = json.loads(OUTCOMES.read_text()) if outcomes is None else outcomes
+    lines = {name: likely_bugs([tuple(o) for o in triples]) for name, triples in outcomes.items()}
+    documented = [m for m in documented_mutants() if m.name in lines]
+    held = [names_the_bug(bug, lines[name]) for name, bug in HELD_OUT.items() if name in lines]
+    named = [_top(lines[m.name]) in m.named_by for m in documented]
+    component = [(_top(lines[m.name]) or "").split(".")[0] == m.killed_by.split(".")[0] for m in documented]
+    return {"held_out": sum(held) / len(held), "documented": sum(named) / len(named), "documented_component": sum(component) / len(component)}
+
+
+def main():
+    """Write every held-out and documented bug's outcomes to OUTCOMES, a bug a line (python -m tests.heldout_bugs; minutes)."""
+    from mutants.documented import documented_mutants
+
+    bugs = [*HELD_OUT.values(), *documented_mutants()]
+    rows = {bug.name: outcomes_of(bug) for bug in bugs}
+    OUTCOMES.write_text("{\n" + ",\n".join(f"{json.dumps(name)}: {json.dumps(rows[name])}" for name in sorted(rows)) + "\n}\n")
+
+
+if __name__ == "__main__":
+    main()
