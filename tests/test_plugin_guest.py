@@ -97,3 +97,36 @@ def test_failing_invariants_carry_their_examples_in_the_junit_xml_and_the_summar
     assert passed and all(int(p["examples"]) >= 1 for p in passed)
     total = sum(int(props["examples"]) for props in cases.values())
     result.stdout.fnmatch_lines([f"transformer-invariants: {len(passed)} invariant* passed, 1 failed, {total:,} example* run *"])
+
+
+THREADS_CONFTEST = '''
+import os
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        import torch
+        with open(f"threads-{os.getpid()}.txt", "w") as f:
+            f.write(str(torch.get_num_threads()))
+'''
+
+
+@pytest.mark.parametrize("asked", [True, False], ids=["invariants", "a host's own tests"])
+def test_torch_workers_share_the_cores_only_when_the_invariants_run(asked, pytester, monkeypatch):
+    """Under -n 2 each worker's torch gets its share of the cores (a thread per core in each worker thrashes); a host's run keeps torch's own."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("xdist") is None:  # found, not imported: pytester
+        pytest.skip("needs torch and pytest-xdist")                                              # would unload torch after the test
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    pytester.makeconftest(THREADS_CONFTEST)
+    pytester.makepyfile(test_host="def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    args = ["--pyargs", "invariants", "--impl", "reference.torch", "-k", "softmax_rows"] if asked else ["test_host.py"]
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    found = sorted(int(p.read_text()) for p in pytester.path.glob("threads-*.txt"))
+    default = int(subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True, text=True,
+                                 timeout=120, env={k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}).stdout)
+    assert found == [max(1, (os.cpu_count() or 1) // 2) if asked else default] * 2, found
