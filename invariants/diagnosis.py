@@ -232,6 +232,7 @@ def likely_bugs(outcomes):
     NaN or inf in the answers is named once, first; what the line says follows the failures' reasons (`said`).
     Only the invariants given are read: leave out what a reader must not see.
     """
+    outcomes = list(outcomes)  # read twice: a generator (the gate's) once
     hints = {inv.name: inv.hint for inv in all_invariants()}  # in registry order: root components first
     order = {name: i for i, name in enumerate(hints)}
     failures = sorted(((name, status, reason) for name, status, reason in outcomes if status in FAILING), key=lambda f: order.get(f[0], len(order)))

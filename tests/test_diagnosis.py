@@ -56,6 +56,7 @@ def test_likely_bugs_leads_with_the_bug_and_reads_only_the_outcomes_given():
     assert lines[0] == "non-finite answers (NaN or inf) in 1 failure(s), first in norms.rms_norm_known_values: y[0]=nan, but should be finite"
     assert lines[1] == f"likely bug: norms.layer_norm_known_values: {REGISTRY['norms.layer_norm_known_values'].hint}", lines
     assert all(line.startswith("  ") for line in lines[2:]), lines
+    assert likely_bugs(iter(outcomes)) == likely_bugs(outcomes)  # the gate passes a generator
     shown = [o for o in outcomes if not o[0].startswith("block.")]  # the block's invariants hidden: no line may name them
     assert not [line for line in likely_bugs(shown) if "block." in line]
     assert likely_bugs([(n, "passed", "") for n in own["held"]]) == [] and likely_bugs([(n, "skipped", "") for n in own["failing"]]) == []
