@@ -226,6 +226,13 @@ def said(ranked, failures, hints):
     return top, hints.get(top, "")
 
 
+def sound_parts(component, failed, held):
+    """The components `component` calls directly when each passed a law of its own and failed none, else ()."""
+    parts = DEPENDS.get(component, ())
+    sound = {name.split(".")[0] for name in held} - {name.split(".")[0] for name in failed}
+    return parts if parts and set(parts) <= sound else ()
+
+
 def likely_bugs(outcomes):
     """The likely bug, as lines to show (evidence indented below it), from (invariant, status, reason) triples; [] when nothing failed.
 
@@ -254,6 +261,10 @@ def likely_bugs(outcomes):
         if top and len(failed) > 1:
             lines.append(f"  evidence: {len(top.explained)} of the other {len(failed) - 1} failures go with it in the zoo's signatures"
                          + (f"; {downstream} failure(s) are in components built on a failing one" if downstream else ""))
+        parts = sound_parts(named.split(".")[0], failed, held)
+        if parts:
+            lines.append(f"  its parts hold ({', '.join(parts)}: every law of theirs that ran passed), so the bug is in how "
+                         f"{named.split('.')[0]} combines them")
         if ranked[0].resembles:
             lines.append("  resembles: " + "; ".join(f"{name} ({bug})" for name, bug in ranked[0].resembles))
         others = [d.invariant for d in ranked if d.invariant != named]

@@ -140,3 +140,13 @@ def test_a_wrong_shape_or_nan_under_a_hint_about_neither_is_said_instead_of_the_
     assert "holds NaN or inf, which its hint is not about" in _line([("gqa.repeated_kv_heads", "failed", nan)])
     named = REGISTRY["attention.large_scores_stay_finite"].hint  # a hint about overflow keeps its place over NaN
     assert _line([("attention.large_scores_stay_finite", "failed", "out[0]=nan, but should be finite")]).endswith(named)
+
+
+def test_a_block_whose_parts_hold_is_said_to_combine_them_wrongly():
+    """The five Llama-block bugs of tests/heldout_bugs.py fail the same three laws: what can be said is that the parts are sound."""
+    parts = [(f"{c}.{law}", "passed", "") for c, law in [("norms", "rms_norm_scale_law"), ("rope", "relative_offsets"), ("gqa", "head_groups"),
+                                                         ("masking", "window_key_count"), ("swiglu", "linear_in_up")]]
+    failing = [("llama.values_are_not_rotated", "failed", "out of tolerance [llama_block(x, params, window=None)]")]
+    assert ("  its parts hold (norms, rope, gqa, masking, swiglu: every law of theirs that ran passed), so the bug is in how llama "
+            "combines them") in likely_bugs(failing + parts)
+    assert not [line for line in likely_bugs(failing + parts[1:]) if "its parts hold" in line]  # norms not seen: nothing said
