@@ -195,16 +195,17 @@ def windows_needed(failures):
 def said(ranked, failures, hints):
     """(invariant, what the likely-bug line says of it): the top diagnosis's hint, unless the failures show something it does not name.
 
-    In order: most failures refused or raised (that exception is the news); every error float32-sized; a window in every
-    failing example (a failing law whose hint is about windows, else that observation); the top's own answer of the wrong
-    shape or non-finite where its hint is about neither (a candidate with that evidence whose hint names it, else the evidence).
+    In order: the top's own failure a refusal or an exception its hint is not about (the first refusal, else that
+    exception, is the news); every error float32-sized; a window in every failing example (a failing law whose hint is
+    about windows, else that observation); the top's own answer of the wrong shape or non-finite where its hint is about
+    neither (a candidate with that evidence whose hint names it, else the evidence).
     """
     hint = {name: "" if _compares_with_reference(name) else hints.get(name, "") for name, _, _ in failures}  # a list of conventions names none
     evidence = {name: shows(status, reason) for name, status, reason in failures}
     reasons = {name: reason for name, _, reason in failures}
-    stopped = [name for name, _, _ in failures if evidence[name] in ("refused", "raised")]
-    if stopped and len(stopped) * 2 >= len(failures):
-        first = next((name for name in stopped if evidence[name] == "refused"), stopped[0])
+    top = ranked[0].invariant
+    if evidence[top] in ("refused", "raised") and not SHOWS[evidence[top]].search(hint[top]):
+        first = next((name for name, _, _ in failures if evidence[name] == "refused"), top)
         return first, f"it {'refused an input' if evidence[first] == 'refused' else 'raised'} instead of answering: {reasons[first]}"
     if float32_sized(failures):
         first = next(name for name, _, reason in failures if FLOAT32_NOTE in reason)
@@ -214,10 +215,9 @@ def said(ranked, failures, hints):
     windows = windows_needed(failures)
     if windows:
         named = next((name for name in candidates if SHOWS["window"].search(hint[name])), None)
-        return (named, hint[named]) if named else (candidates[0], (
+        return (named, hint[named]) if named else (top, (
             f"every failing example has a sliding window (window={', '.join(windows)}) and none fails without one: the window "
             "keeps the wrong keys somewhere (a query at p sees min(p + 1, w)), in the prefill or in the decode"))
-    top = candidates[0]
     kind = evidence[top]
     if kind in ("shape", "non-finite") and not SHOWS[kind].search(hint[top]):
         named = next((name for name in candidates if evidence[name] == kind and SHOWS[kind].search(hint[name])), None)

@@ -105,6 +105,9 @@ def test_a_refused_call_is_reported_as_a_refusal_not_as_the_first_law_it_stopped
     raised = ("dtypes.llama_decode_keeps_dtype", "error", "llama_decode raised ValueError: prefill too long")
     outcomes = [("decoding.cache_size_law", "error", REFUSED), raised, ("llama.residual_identity", "passed", "")]
     assert _line(outcomes) == f"likely bug: decoding.cache_size_law: it refused an input instead of answering: {REFUSED}"
+    crash = ("block.residual_identity", "error", "transformer_block raised ValueError: x")
+    downstream = [("norms.layer_norm_known_values", "failed", "y=1, but should be 2"), crash]
+    assert _line(downstream).endswith(REGISTRY["norms.layer_norm_known_values"].hint)  # an exception above a wrong answer is not the news
 
 
 def _agreement(note=""):
