@@ -195,8 +195,8 @@ def windows_needed(failures):
 def said(ranked, failures, hints):
     """(invariant, what the likely-bug line says of it): the top diagnosis's hint, unless the failures show something it does not name.
 
-    In order: the top's own failure a refusal or an exception its hint is not about (the first refusal, else that
-    exception, is the news); every error float32-sized; a window in every failing example (a failing law whose hint is
+    In order: the top's own failure a refusal or an exception its hint is not about (the first refusal is the news;
+    an exception comes before the hint); every error float32-sized; a window in every failing example (a failing law whose hint is
     about windows, else that observation); the top's own answer of the wrong shape or non-finite where its hint is about
     neither (a candidate with that evidence whose hint names it, else the evidence).
     """
@@ -205,8 +205,10 @@ def said(ranked, failures, hints):
     reasons = {name: reason for name, _, reason in failures}
     top = ranked[0].invariant
     if evidence[top] in ("refused", "raised") and not SHOWS[evidence[top]].search(hint[top]):
-        first = next((name for name, _, _ in failures if evidence[name] == "refused"), top)
-        return first, f"it {'refused an input' if evidence[first] == 'refused' else 'raised'} instead of answering: {reasons[first]}"
+        refused = next((name for name, _, _ in failures if evidence[name] == "refused"), None)
+        if refused:
+            return refused, f"it refused an input instead of answering: {reasons[refused]}"
+        return top, f"it raised instead of answering ({reasons[top]}); {hints.get(top, '')}"
     if float32_sized(failures):
         first = next(name for name, _, reason in failures if FLOAT32_NOTE in reason)
         return first, ("every error is of float32 rounding size in a float64 run: the code computes in float32, which code that "

@@ -108,6 +108,9 @@ def test_a_refused_call_is_reported_as_a_refusal_not_as_the_first_law_it_stopped
     crash = ("block.residual_identity", "error", "transformer_block raised ValueError: x")
     downstream = [("norms.layer_norm_known_values", "failed", "y=1, but should be 2"), crash]
     assert _line(downstream).endswith(REGISTRY["norms.layer_norm_known_values"].hint)  # an exception above a wrong answer is not the news
+    hint = REGISTRY["course.batches_shift_by_one"].hint
+    raised = ("course.batches_shift_by_one", "error", "get_batch raised ValueError: high <= 0")
+    assert _line([raised]) == f"likely bug: course.batches_shift_by_one: it raised instead of answering ({raised[2]}); {hint}"
 
 
 def _agreement(note=""):
