@@ -327,17 +327,17 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
     if loaded.problem is not None and loaded.problem["kind"] == "refused":
         result.verdict = R.GATE_ERROR
         result.reason = loaded.problem["message"]
-        return session
+        return
     if loaded.problem is not None:
         _not_gradable(result, loaded.problem["message"])
-        return session
+        return
     declared = loaded.backend  # the worker already converts to it when the assignment says "any"
     if backend is None and declared not in ("numpy", "torch"):
         _not_gradable(result, f"the submission says BACKEND = {declared!r}: set BACKEND = 'numpy' or 'torch' in it")
-        return session
+        return
     if backend is not None and declared is not None and declared != backend:
         _not_gradable(result, f"the assignment is graded with the {backend} backend, but the submission says BACKEND = {declared!r}")
-        return session
+        return
     backend = session.backend = backend or declared
     try:
         import reference.numpy as reference
@@ -348,12 +348,12 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
                               device=assignment.device, dtype=assignment.dtype)
     except (ImplementationLoadError, ValueError) as exc:
         _not_gradable(result, str(exc))
-        return session
+        return
     result.submission["declarations"] = dict(impl.declarations)
     refused = assignment.refused_declaration(impl.declarations)
     if refused:
         _not_gradable(result, refused)
-        return session
+        return
 
     settings = _settings(assignment, seed if result.seed["mode"] != "derandomized" else None)
     losses = 0
@@ -394,7 +394,6 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
     _void_forbidden(result, by_name, layout, session, assignment)
     _void_copied(result, assignment)
     _verdict(result, assignment)
-    return session
 
 
 # -- points that mean something -------------------------------------------------------------------
