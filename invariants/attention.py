@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_value, assert_where
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
-from invariants.protocol import ImplementationError
+from invariants.protocol import ImplementationError, describe_call
 from invariants.reference_check import reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -77,13 +77,6 @@ def _draw_inputs(impl, case, *, large_scores=False, **options):
 def attention_output(impl, answer):
     """The output of one of impl's attention answers: answer[0] of (out, weights), or answer itself with ATTENTION_WEIGHTS = False."""
     return answer[0] if returns_weights(impl) and isinstance(answer, (tuple, list)) else answer
-
-
-def _call(inputs, note=""):
-    """The call being checked, as a reader would type it."""
-    x = inputs["x"]
-    text = f"attention(x{list(x.shape)}, W_q, W_k, W_v, W_o, n_heads={inputs['n_heads']}, causal={inputs['causal']})"
-    return f"{text} {note}" if note else text
 
 
 def _attend(impl, inputs, call, **changes):
@@ -167,7 +160,7 @@ def causal_non_leakage(impl, case):
     for T in _lengths(inputs):
         j = min(drawn_j, T - 1)
         short = truncated(inputs, T)
-        call = _call(short, f"with x[:, {j}:] replaced")
+        call = describe_call("attention", short, f"with x[:, {j}:] replaced")
         out, weights = _attend(impl, short, call)
         new_out, new_weights = _attend(impl, short, call, x=np.concatenate([inputs["x"][:, :j], changed[:, j:T]], axis=1))
         assert_equal(new_out[:, :j], out[:, :j], f"attention output at positions < {j}", call)
@@ -201,7 +194,7 @@ def causal_gradient(impl, case):
     extra = case.draw(integers(1, T - 1), "a further boundary m (long sequences)")
     for length in _lengths(inputs):
         short = truncated(inputs, length)
-        call = _call(short, "differentiated with torch.autograd.grad")
+        call = describe_call("attention", short, "differentiated with torch.autograd.grad")
         for m, grad in _gradients_across(impl, short, cotangents[: length - 1], _boundaries(length, extra)):
             assert_equal(grad[:, m:], 0.0, f"∂out_i/∂x_j for i < {m} <= j (rows j >= {m} of the gradient of Σ_(i<{m}) c_i·out_i)", call)
 
@@ -258,7 +251,7 @@ def causal_weights_pattern(impl, case):
     inputs = _draw_inputs(impl, case, causal=True, **SWEEP, large_scores=True)
     for T in _lengths(inputs):
         short = truncated(inputs, T)
-        call = _call(short)
+        call = describe_call("attention", short)
         _, weights = _attend(impl, short, call)  # (B, H, T, T)
         assert_where(~_future(T) | (weights == 0), weights, "attention weights above the diagonal", "exactly 0", call)
         assert_equal(weights[:, :, 0], np.eye(1, T)[0], "the first query's weights", call)  # (B, H, T) vs (T,)
@@ -277,7 +270,7 @@ def weights_are_distributions(impl, case):
     At any score size: drawn at scores up to about 1e4 and lengths up to 129.
     """
     inputs = _draw_inputs(impl, case, **LONG, large_scores=True)
-    call = _call(inputs)
+    call = describe_call("attention", inputs)
     _, weights = _attend(impl, inputs, call)  # (B, H, T, T)
     assert_where(weights >= 0, weights, "attention weights", ">= 0", call)
     # each weight carries one rounding of its dtype; T of them sum to 1, so the table's tolerance at 1 covers them
@@ -297,7 +290,7 @@ def large_scores_stay_finite(impl, case):
     so they are finite: a correct softmax (max subtracted) is finite whatever their size.
     """
     inputs = _draw_inputs(impl, case, min_score_scale=MAX_SCORE_SCALE / 16, **LONG, large_scores=True)
-    call = _call(inputs)
+    call = describe_call("attention", inputs)
     out, weights = _attend(impl, inputs, call)
     assert_finite(out, "attention output", call)
     if weights is not None:
@@ -321,7 +314,7 @@ def last_position_mask_free(impl, case):
     tol = impl.tolerance.scaled(ROUNDINGS)  # two kernels may round differently all along the chain
     for T in _lengths(drawn):
         inputs = truncated(drawn, T)
-        call = _call(inputs, "vs causal=False")
+        call = describe_call("attention", inputs, "vs causal=False")
         out, weights = _attend(impl, inputs, call)
         free_out, free_weights = _attend(impl, inputs, call, causal=False)
         if weights is not None:
@@ -341,7 +334,7 @@ def permutation_equivariance(impl, case):
     inputs = _draw_inputs(impl, case, causal=False, **LONG)
     T = inputs["x"].shape[1]
     p = np.array(case.draw(permutations(range(T)), "permutation p"))
-    call = _call(inputs, "vs the same on x[:, p]")
+    call = describe_call("attention", inputs, "vs the same on x[:, p]")
     out, weights = _attend(impl, inputs, call)
     moved_out, moved_weights = _attend(impl, inputs, call, x=inputs["x"][:, p])
     tol = impl.tolerance.scaled(2)  # the softmax and weights @ v sum the same terms in another order
@@ -358,7 +351,7 @@ def permutation_equivariance(impl, case):
 def zero_output_projection(impl, case):
     """With W_o = 0 attention's output is exactly 0, whatever x and the other weights."""
     inputs = _draw_inputs(impl, case, **LONG, large_scores=True)
-    call = _call(inputs, "with W_o = 0")
+    call = describe_call("attention", inputs, "with W_o = 0")
     out, _ = _attend(impl, inputs, call, W_o=np.zeros_like(inputs["W_o"]))
     assert_equal(out, 0.0, "attention output with W_o = 0", call)
 
@@ -373,7 +366,7 @@ def linear_in_values(impl, case):
     inputs = _draw_inputs(impl, case, **LONG)
     other = case.draw(weight_matrices(inputs["W_v"].shape), "W_v'")
     a, b = (case.draw(sampled_from((-1.0, 1.0)), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
-    call = _call(inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
+    call = describe_call("attention", inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
     mixed = a * impl.as_seen(inputs["W_v"]) + b * impl.as_seen(other)
     out, weights = _attend(impl, inputs, call)
     other_out, _ = _attend(impl, inputs, call, W_v=other)
@@ -401,7 +394,7 @@ def batch_items_independent(impl, case):
     while largest_score_sum(changed, inputs["W_q"], inputs["W_k"], inputs["n_heads"]) > _score_bound(impl):
         changed[item] /= 2  # exact: keeps the new item's scores within the bound (finite in float16)
     keep = np.arange(B) != item
-    call = _call(inputs, f"with batch item {item} replaced")
+    call = describe_call("attention", inputs, f"with batch item {item} replaced")
     out, weights = _attend(impl, inputs, call)
     new_out, new_weights = _attend(impl, inputs, call, x=changed)
     assert_equal(new_out[keep], out[keep], f"attention output of the batch items other than {item}", call)
@@ -427,7 +420,7 @@ def multi_head_is_sum_of_heads(impl, case):
     x, W_q, W_k, W_v, W_o, H, causal = attention_args(inputs)
     d = x.shape[-1]
     D = d // H
-    call = _call(inputs, "vs the sum of its heads as one-head calls")
+    call = describe_call("attention", inputs, "vs the sum of its heads as one-head calls")
     out, weights = _attend(impl, inputs, call)
     total = np.zeros(out.shape)  # (B, T, d)
     tol = impl.tolerance.scaled(ROUNDINGS)  # the one-head calls reach the same values by other roundings (W_q·√H, 1/√d)
@@ -453,7 +446,7 @@ def agrees_with_reference(impl, case):
     This is what pins the 1/√d_head scale, which no law above can see.
     """
     inputs = _draw_inputs(impl, case, **LONG)
-    call = _call(inputs)
+    call = describe_call("attention", inputs)
     out, weights = _attend(impl, inputs, call)
     expected_out, expected_weights = reference_answer(impl, "attention", *attention_args(inputs))
     tol = agreement_tolerance(impl.dtype)

@@ -15,6 +15,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps, returns_weights
+from invariants.protocol import describe_call
 from invariants.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_condition
@@ -24,11 +25,6 @@ from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 ROUNDINGS = 8  # as invariants/attention.py
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)
 LOW_PRECISION = ("float16", "bfloat16")
-
-
-def _call(inputs, note=""):
-    text = f"cross_attention(x{list(inputs['x'].shape)}, memory{list(inputs['memory'].shape)}, W_q, W_k, W_v, W_o, n_heads={inputs['n_heads']})"
-    return f"{text} {note}" if note else text
 
 
 def _cross(impl, inputs, call, **changes):
@@ -96,7 +92,7 @@ def sees_every_memory_position(impl, case):
     j = case.draw(integers(0, S - 1), "j (changed encoder position)")
     memory = inputs["memory"].copy()
     memory[:, j] += _shift(case, (B, d))
-    call = _call(inputs, f"with memory[:, {j}] shifted")
+    call = describe_call("cross_attention", inputs, f"with memory[:, {j}] shifted")
     out, weights = _cross(impl, inputs, call)
     new_out, _ = _cross(impl, inputs, call, memory=memory)
     if weights is not None:
@@ -119,7 +115,7 @@ def memory_permutation_invariance(impl, case):
     inputs = case.draw(cross_inputs(min_memory=2), "inputs")
     S = inputs["memory"].shape[1]
     p = np.array(case.draw(permutations(range(S)), "permutation p of the encoder positions"))
-    call = _call(inputs, "vs the same on memory[:, p]")
+    call = describe_call("cross_attention", inputs, "vs the same on memory[:, p]")
     out, weights = _cross(impl, inputs, call)
     moved_out, moved_weights = _cross(impl, inputs, call, memory=inputs["memory"][:, p])
     tol = impl.tolerance.scaled(2)  # the same terms summed in another order
@@ -136,7 +132,7 @@ def memory_permutation_invariance(impl, case):
 def cross_agrees_with_reference(impl, case):
     """cross_attention's output and weights agree with the float64 reference (1e-10 in float64, the dtype tolerance otherwise)."""
     inputs = case.draw(cross_inputs(), "inputs")
-    call = _call(inputs)
+    call = describe_call("cross_attention", inputs)
     out, weights = _cross(impl, inputs, call)
     expected_out, expected_weights = reference_answer(impl, "cross_attention", *cross_args(inputs))
     if weights is not None:
@@ -161,11 +157,6 @@ def _block(impl, x, memory, params, n_heads, call):
     return assert_shape(impl.decoder_block(x, memory, params, n_heads), x.shape, "decoder_block output", call)
 
 
-def _block_call(x, memory, n_heads, note=""):
-    text = f"decoder_block(x{list(x.shape)}, memory{list(memory.shape)}, params, n_heads={n_heads})"
-    return f"{text} {note}" if note else text
-
-
 @invariant(
     requires=("decoder_block",),
     hint="a sublayer's output replaces the stream instead of being added to it, or a norm is applied after an add (post-norm): "
@@ -175,7 +166,7 @@ def block_residual_identity(impl, case):
     """With W_o, Wc_o, W2 and b2 zeroed, the decoder block returns its input exactly, whatever the memory."""
     x, memory, params, n_heads = _block_case(impl, case)
     quiet = {name: np.zeros_like(value) if name in _OUTPUTS else value for name, value in params.items()}
-    call = _block_call(x, memory, n_heads, "with W_o = Wc_o = W2 = b2 = 0")
+    call = describe_call("decoder_block", dict(x=x, memory=memory, n_heads=n_heads), "with W_o = Wc_o = W2 = b2 = 0")
     assert_equal(_block(impl, x, memory, quiet, n_heads, call), impl.as_seen(x), "decoder_block output", call)
 
 
@@ -191,7 +182,7 @@ def block_causal_non_leakage(impl, case):
     j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = x.copy()
     changed[:, j:] = case.draw(float_arrays((B, T - j, d), **PERTURBATION_SCALES), "new x[:, j:]")
-    call = _block_call(x, memory, n_heads, f"with x[:, {j}:] changed")
+    call = describe_call("decoder_block", dict(x=x, memory=memory, n_heads=n_heads), f"with x[:, {j}:] changed")
     before, after = _block(impl, x, memory, params, n_heads, call), _block(impl, changed, memory, params, n_heads, call)
     assert_equal(after[:, :j], before[:, :j], f"decoder_block output at positions < {j}", call)
 
@@ -211,7 +202,7 @@ def block_sees_every_memory_position(impl, case):
     j = case.draw(integers(0, S - 1), "j (changed encoder position)")
     changed = memory.copy()
     changed[:, j] += _shift(case, (B, d))
-    call = _block_call(x, memory, n_heads, f"with memory[:, {j}] shifted")
+    call = describe_call("decoder_block", dict(x=x, memory=memory, n_heads=n_heads), f"with memory[:, {j}] shifted")
     before, after = _block(impl, x, memory, params, n_heads, call), _block(impl, x, changed, params, n_heads, call)
     assert_where(_changed_somewhere(after, before) | ~_block_must_change(impl, x, memory, changed, params, n_heads), after[..., 0],
                  f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
@@ -237,7 +228,7 @@ def _block_must_change(impl, x, memory, changed, params, n_heads):
 def block_agrees_with_reference(impl, case):
     """decoder_block agrees with the float64 reference (1e-10 in float64, the dtype tolerance otherwise)."""
     x, memory, params, n_heads = _block_case(impl, case)
-    call = _block_call(x, memory, n_heads)
+    call = describe_call("decoder_block", dict(x=x, memory=memory, n_heads=n_heads))
     got = _block(impl, x, memory, params, n_heads, call)
     assert_agrees_with_reference(impl, "decoder_block", (x, memory, params, n_heads), got, "decoder_block output", factor=ROUNDINGS,
                                  condition=_condition(impl, x, memory, params, n_heads), call=call,

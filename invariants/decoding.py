@@ -20,16 +20,10 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import declared, rounds_in_float32
-from invariants.llama import ROUNDINGS, logits_against_reference, model_case, model_condition, sizes
-from invariants.protocol import ImplementationError
+from invariants.llama import ROUNDINGS, logits_against_reference, model_case, model_condition, named_sizes, sizes
+from invariants.protocol import ImplementationError, describe_call
 from invariants.registry import invariant
 from strategies.decoder import decode_schedules
-
-
-def _call(config, ids, chunks, note=""):
-    text = (f"llama_decode(ids{list(ids.shape)}, params, n_heads={config.n_heads}, n_kv_heads={config.n_kv_heads}, "
-            f"rope_base={config.rope_base!r}, window={config.window}, chunks={chunks.tolist()})")
-    return f"{text} {note}" if note else text
 
 
 def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
@@ -84,12 +78,13 @@ def decode_matches_full_forward(impl, case):
     position, to rounding."""
     config, params, ids, chunks = decode_case(impl, case, min_chunks=2)  # one chunk would be a plain forward
     T, w = ids.shape[1], config.window
+    shown = named_sizes(config, ids=ids, chunks=chunks)
     if w is not None and T > w and declared(impl, "CHUNKS_WITHIN_WINDOW"):  # its own full forward refuses T > w
-        call = _call(config, ids, chunks, "vs the reference's llama_logits (its own full forward takes at most w tokens)")
+        call = describe_call("llama_decode", shown, "vs the reference's llama_logits (its own full forward takes at most w tokens)")
         logits, _ = decode(impl, ids, params, config, chunks, call)
         logits_against_reference(impl, logits, ids, params, config, "decoded logits", call)
         return
-    call = _call(config, ids, chunks, "vs llama_logits on the whole sequence")
+    call = describe_call("llama_decode", shown, "vs llama_logits on the whole sequence")
     logits, _ = decode(impl, ids, params, config, chunks, call)
     full = assert_shape(impl.llama_logits(ids, params, *sizes(config)), logits.shape, "llama_logits output", call)
     # the two paths round every step differently, and the norms magnify that where the residual stream cancels
@@ -107,7 +102,7 @@ def cache_size_law(impl, case):
     """After t tokens each layer's cache holds the keys of H_kv heads at positions 0 .. t - 1, each once (with a window w, at least
     the last w - 1 of them: what the next query needs besides its own); a size is 2·L·B·H_kv·D values per position held."""
     config, params, ids, chunks = decode_case(impl, case, min_group=2)
-    call = _call(config, ids, chunks)
+    call = describe_call("llama_decode", named_sizes(config, ids=ids, chunks=chunks))
     _, held = decode(impl, ids, params, config, chunks, call)
     t = np.cumsum(chunks)  # tokens seen after each chunk
     first_needed = np.zeros_like(t) if config.window is None else np.maximum(t - config.window + 1, 0)  # (n,): the oldest still needed

@@ -36,17 +36,38 @@ from pathlib import Path
 
 import numpy as np
 
-from invariants.registry import all_invariants
+from invariants.protocol import FUNCTIONS
+from invariants.registry import COMPONENTS, all_invariants
 
 SIGNATURES = Path(__file__).with_name("signatures.json")
-DEPENDS = {  # component -> the components whose functions it calls (the reference's structure)
-    "softmax": (), "norms": (), "activation": (), "attention": ("softmax",), "feed_forward": ("activation",),
-    "block": ("norms", "attention", "feed_forward"), "model": ("block",), "moe": ("softmax", "feed_forward"),
-    # the modern decoder: gqa and masking check one function (gqa_attention), the Llama block calls it with RoPE, RMSNorm, SwiGLU
-    "rope": (), "gqa": ("softmax",), "masking": ("softmax",), "swiglu": (), "llama": ("norms", "rope", "gqa", "masking", "swiglu"),
-    "decoding": ("llama",), "cross_attention": ("norms", "attention", "feed_forward"),
-    "counts": (), "course": (), "dtypes": (),  # closed forms and the course's helpers; a dtype leak is its own root
-}
+
+
+def _depends():
+    """{component: the components it builds on, directly}, from the entries' builds_on (invariants.protocol.FUNCTIONS):
+    the components holding the laws of the functions its own are built from, less those already below another of them."""
+    holders = {}  # protocol function -> the components whose laws it is held to
+    for component, functions in COMPONENTS.items():
+        for name in functions:
+            holders.setdefault(name, []).append(component)
+    direct = {component: {holder for name in functions for part in FUNCTIONS[name].builds_on for holder in holders.get(part, ())} - {component}
+              for component, functions in COMPONENTS.items()}
+    below = {component: _closure(direct, component) for component in COMPONENTS}
+    return {component: tuple(c for c in COMPONENTS if c in parts and not any(c in below[other] for other in parts))
+            for component, parts in direct.items()}
+
+
+def _closure(graph, start):
+    """Every node reachable from `start` in graph {node: its successors}, start excluded."""
+    seen, todo = set(), list(graph.get(start, ()))
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(graph.get(current, ()))
+    return seen
+
+
+DEPENDS = _depends()  # component -> the components whose functions it calls, e.g. block: (norms, attention, feed_forward)
 SMOOTHING = 0.1  # pseudo-count of each co-failure frequency, drawn towards that failure's rate in the whole zoo
 RAREST = 1e-3  # the rate assumed for a failure no mutant of the zoo shows
 SPECIFICITY = 3.0  # weight of -log(share of the zoo that fails the candidate)
@@ -89,13 +110,7 @@ def load_signatures(path=SIGNATURES):
 
 def _below(component):
     """Every component `component` depends on, directly or not."""
-    seen, todo = set(), list(DEPENDS.get(component, ()))
-    while todo:
-        current = todo.pop()
-        if current not in seen:
-            seen.add(current)
-            todo.extend(DEPENDS.get(current, ()))
-    return seen
+    return _closure(DEPENDS, component)
 
 
 def root_failures(failed):

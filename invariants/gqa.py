@@ -21,6 +21,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_shape, assert_value
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, returns_weights, rounds_in_float32
+from invariants.protocol import describe_call
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.core import integers
@@ -48,15 +49,6 @@ def draw_gqa_inputs(impl, case, *, shape=None, **options):
     if not declared(impl, "KEY_MASK"):
         options["masked"] = False
     return case.draw(_strategy(tuple(sorted(shape.items())), tuple(sorted(options.items()))), "inputs")
-
-
-def gqa_call(inputs, note=""):
-    """The call being checked, as a reader would type it."""
-    q, k, mask = inputs["q"], inputs["k"], inputs["key_mask"]
-    shown = "None" if mask is None else f"[{', '.join(''.join('1' if m else '0' for m in row) for row in mask)}]"
-    text = (f"gqa_attention(q{list(q.shape)}, k{list(k.shape)}, v, causal={inputs['causal']}, key_mask={shown}, "
-            f"window={inputs['window']})")
-    return f"{text} {note}" if note else text
 
 
 def attend(impl, inputs, call, **changes):
@@ -132,7 +124,7 @@ def repeated_kv_heads(impl, case):
     ([kv0, kv0, kv1, kv1]), to rounding."""
     inputs = draw_gqa_inputs(impl, case, shape=dict(min_kv_heads=2, min_group=2))
     group = inputs["q"].shape[1] // inputs["k"].shape[1]
-    call = gqa_call(inputs, f"vs the same with k and v repeat-interleaved {group}× (H_kv = H)")
+    call = describe_call("gqa_attention", inputs, f"vs the same with k and v repeat-interleaved {group}× (H_kv = H)")
     out, weights = attend(impl, inputs, call)
     repeated = {name: np.repeat(inputs[name], group, axis=1) for name in ("k", "v")}  # (B, H, S, D)
     rep_out, rep_weights = attend(impl, inputs, call, **repeated)
@@ -154,7 +146,7 @@ def head_groups(impl, case):
     inputs = draw_gqa_inputs(impl, case)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     H, H_kv = q.shape[1], k.shape[1]
-    call = gqa_call(inputs, "vs one call per query head on its kv head")
+    call = describe_call("gqa_attention", inputs, "vs one call per query head on its kv head")
     out, weights = attend(impl, inputs, call)
     tol = impl.tolerance.scaled(2)
     for h in range(H):
@@ -178,7 +170,7 @@ def queries_shorter_than_keys(impl, case):
     inputs = draw_gqa_inputs(impl, case, shape=dict(min_seq=2, max_cached=0), causal=True)
     T = inputs["q"].shape[2]
     t = case.draw(integers(1, T - 1), "t (queries kept)")
-    call = gqa_call(inputs, f"vs the same with only the last {t} queries, q[:, :, {T - t}:]")
+    call = describe_call("gqa_attention", inputs, f"vs the same with only the last {t} queries, q[:, :, {T - t}:]")
     out, weights = attend(impl, inputs, call)
     last_out, last_weights = attend(impl, inputs, call, q=inputs["q"][:, :, T - t :])
     tol = impl.tolerance.scaled(2)
@@ -200,7 +192,7 @@ def agrees_with_reference(impl, case):
     """gqa_attention's output and weights agree with the float64 reference (1e-10 in float64, the dtype tolerance otherwise),
     masks and cache included."""
     inputs = draw_gqa_inputs(impl, case)
-    call = gqa_call(inputs)
+    call = describe_call("gqa_attention", inputs)
     out, weights = attend(impl, inputs, call)
     expected_out, expected_weights = reference_gqa(impl, inputs)
     rows = compared_rows(impl, inputs)

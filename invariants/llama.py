@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, rms_norm_eps, rounds_in_float32
+from invariants.protocol import describe_call
 from invariants.registry import invariant
 from invariants.rope import assert_close_to_a_pairing, rope_pairings
 from invariants.tolerance import agreement_tolerance
@@ -56,21 +57,17 @@ def silenced(params):
     return {name: np.zeros_like(value) if name in _BLOCK_OUTPUTS else value for name, value in params.items()}
 
 
+SIZES = ("n_heads", "n_kv_heads", "rope_base", "window")  # the protocol's size arguments after params, as LlamaConfig names them
+
+
 def sizes(config):
     """The protocol's size arguments after params: (n_heads, n_kv_heads, rope_base, window)."""
-    return config.n_heads, config.n_kv_heads, config.rope_base, config.window
+    return tuple(named_sizes(config).values())
 
 
-def block_call(config, note=""):
-    text = (f"llama_block(x, params, n_heads={config.n_heads}, n_kv_heads={config.n_kv_heads}, rope_base={config.rope_base!r}, "
-            f"window={config.window})")
-    return f"{text} {note}" if note else text
-
-
-def model_call(config, ids, note=""):
-    text = (f"llama_logits(ids{list(ids.shape)}, params, n_heads={config.n_heads}, n_kv_heads={config.n_kv_heads}, "
-            f"rope_base={config.rope_base!r}, window={config.window})")
-    return f"{text} {note}" if note else text
+def named_sizes(config, **more):
+    """{size argument: its value} for describe_call, with `more` arguments (ids, chunks) beside them."""
+    return {**{name: getattr(config, name) for name in SIZES}, **more}
 
 
 def reference_with_pairings(impl, name, args):
@@ -142,7 +139,7 @@ def residual_identity(impl, case):
     stack = case.draw(st.lists(llama_block_params(config), min_size=1, max_size=3), "params of each block")
     y = x
     for i, params in enumerate(stack):
-        call = block_call(config, f"with W_o = W_down = 0, block {i + 1} of {len(stack)}")
+        call = describe_call("llama_block", named_sizes(config), f"with W_o = W_down = 0, block {i + 1} of {len(stack)}")
         y = _block(impl, y, silenced(params), config, call)
         assert_equal(y, impl.as_seen(x), f"output of block {i + 1} of {len(stack)}", call)  # x + 0.0 == x, -0.0 included
 
@@ -159,7 +156,7 @@ def causal_non_leakage(impl, case):
     j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = x.copy()
     changed[:, j:] = case.draw(float_arrays((B, T - j, d), min_scale=0.25, max_scale=4.0), "new x[:, j:]")
-    call = block_call(config, f"with x[:, {j}:] changed")
+    call = describe_call("llama_block", named_sizes(config), f"with x[:, {j}:] changed")
     before, after = _block(impl, x, params, config, call), _block(impl, changed, params, config, call)
     assert_equal(after[:, :j], before[:, :j], f"llama_block output at positions < {j}", call)
 
@@ -191,7 +188,7 @@ def values_are_not_rotated(impl, case):
     quiet = {**params, "W_q": np.zeros_like(params["W_q"]), "W_down": np.zeros_like(params["W_down"])}
     if "b_q" in quiet:
         quiet["b_q"] = np.zeros_like(quiet["b_q"])
-    call = block_call(config, "with W_q = 0 (and b_q = 0) and W_down = 0")
+    call = describe_call("llama_block", named_sizes(config), "with W_q = 0 (and b_q = 0) and W_down = 0")
     got = _block(impl, x, quiet, config, call)
     expected, scale = _running_mean_of_values(impl, x, quiet, config)
     tol = impl.tolerance.scaled(ROUNDINGS).at_scale(scale)
@@ -208,7 +205,7 @@ def values_are_not_rotated(impl, case):
 def block_agrees_with_reference(impl, case):
     """llama_block agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
     config, x, params = _block_case(impl, case)
-    call = block_call(config)
+    call = describe_call("llama_block", named_sizes(config))
     got = _block(impl, x, params, config, call)
     answers = reference_with_pairings(impl, "llama_block", (x, params, *sizes(config)))
     tol = agreement_tolerance(impl.dtype)
@@ -247,7 +244,7 @@ def model_causal_non_leakage(impl, case):
     j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = ids.copy()
     changed[:, j:] = case.draw(token_ids(config.vocab, min_batch=B, max_batch=B, min_seq=T - j, max_seq=T - j), "new ids[:, j:]")
-    call = model_call(config, ids, f"with ids[:, {j}:] changed")
+    call = describe_call("llama_logits", named_sizes(config, ids=ids), f"with ids[:, {j}:] changed")
     before, after = _logits(impl, ids, params, config, call), _logits(impl, changed, params, config, call)
     assert_equal(after[:, :j], before[:, :j], f"logits at positions < {j}", call)
 
@@ -261,7 +258,7 @@ def model_causal_non_leakage(impl, case):
 def logits_agree_with_reference(impl, case):
     """llama_logits agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
     config, params, ids = model_case(impl, case)
-    call = model_call(config, ids)
+    call = describe_call("llama_logits", named_sizes(config, ids=ids))
     logits_against_reference(impl, _logits(impl, ids, params, config, call), ids, params, config, "logits", call)
 
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
 from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason, rounds_in_float32
-from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, gqa_call, sees_a_key, value_scale, visible
+from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
+from invariants.protocol import describe_call
 from invariants.registry import invariant
 from strategies.core import float_arrays, integers
 
@@ -40,7 +41,7 @@ PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)  # new keys and values
 def window_key_count(impl, case):
     """With a sliding window w, the query at position p has exactly min(p + 1, w) non-zero weights, on the keys p - w < j <= p."""
     inputs = draw_gqa_inputs(impl, case, causal=True, windowed=True, masked=False)
-    call = gqa_call(inputs)
+    call = describe_call("gqa_attention", inputs)
     _, weights = attend(impl, inputs, call)
     expected = np.broadcast_to(visible(inputs), weights.shape)  # (B, H, T, S)
     assert_where((weights != 0) == expected, weights, "attention weights", f"non-zero exactly on the {inputs['window']} most recent keys "
@@ -67,7 +68,7 @@ def window_outside_keys_ignored(impl, case):
     new_k[:, :, :j0] = case.draw(float_arrays((B, H_kv, j0, D), **PERTURBATION_SCALES), "new keys 0 .. j0 - 1")
     new_v[:, :, :j0] = case.draw(float_arrays((B, H_kv, j0, D), **PERTURBATION_SCALES), "new values 0 .. j0 - 1")
     kept = np.arange(S - T, S) >= j0 + window - 1  # (T,): queries whose window starts at or after j0
-    call = gqa_call(inputs, f"with keys and values 0..{j0 - 1} replaced")
+    call = describe_call("gqa_attention", inputs, f"with keys and values 0..{j0 - 1} replaced")
     out, weights = attend(impl, inputs, call)
     new_out, new_weights = attend(impl, inputs, call, k=new_k, v=new_v)
     first = int(np.argmax(kept))
@@ -87,7 +88,7 @@ def window_covering_all_keys_is_causal(impl, case):
     inputs = draw_gqa_inputs(impl, case, causal=True, windowed=False)
     S = inputs["k"].shape[2]
     window = case.draw(integers(S, S + 3), "window w >= S")
-    call = gqa_call({**inputs, "window": window}, "vs window=None")
+    call = describe_call("gqa_attention", {**inputs, "window": window}, "vs window=None")
     out, weights = attend(impl, {**inputs, "window": window}, call)
     plain_out, plain_weights = attend(impl, inputs, call)
     tol = impl.tolerance.scaled(2)  # a kernel for window=None may round differently
@@ -112,7 +113,7 @@ def padding_hidden_keys_ignored(impl, case):
     where = np.broadcast_to(hidden[:, None, :, None], (B, H_kv, S, D))
     new_k = np.where(where, case.draw(float_arrays((B, H_kv, S, D), **PERTURBATION_SCALES), "new keys (used where hidden)"), inputs["k"])
     new_v = np.where(where, case.draw(float_arrays((B, H_kv, S, D), **PERTURBATION_SCALES), "new values (used where hidden)"), inputs["v"])
-    call = gqa_call(inputs, "with the hidden keys and values replaced")
+    call = describe_call("gqa_attention", inputs, "with the hidden keys and values replaced")
     out, weights = attend(impl, inputs, call)
     new_out, new_weights = attend(impl, inputs, call, k=new_k, v=new_v)
     rows = np.broadcast_to(sees_a_key(inputs), out.shape[:3])  # (B, H, T)
@@ -155,7 +156,7 @@ def fully_masked_rows(impl, case):
     """A query that sees no key (its visible keys all padded) gets finite values: zero output and weights by default, or the
     declared FULLY_MASKED_ROWS ('uniform': 1/S on every key; 'any': finite)."""
     inputs = draw_gqa_inputs(impl, case, masked=True, patterns=("one item fully padded", "left padding"))
-    call = gqa_call(inputs)
+    call = describe_call("gqa_attention", inputs)
     out, weights = attend(impl, inputs, call)
     assert_finite(out, "gqa_attention output", call)
     if weights is not None:
@@ -175,7 +176,7 @@ def masks_compose_in_low_precision(impl, case):
     """With causal, window and padding masks composed and scores of size up to ~100, every output and weight is finite, hidden keys
     get exactly 0 and each row that sees a key sums to 1, in every dtype (float16 and bfloat16 included)."""
     inputs = draw_gqa_inputs(impl, case, causal=True, masked=True, min_scale=3.0, max_scale=6.0)
-    call = gqa_call(inputs, "(scores of size up to ~100)")
+    call = describe_call("gqa_attention", inputs, "(scores of size up to ~100)")
     out, weights = attend(impl, inputs, call)
     assert_finite(out, "gqa_attention output", call)
     _check_fully_masked_rows(impl, inputs, out, weights, call)

@@ -43,102 +43,164 @@ DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class ProtocolFunction:
-    """One function of the protocol: how the suite calls it and what it must return."""
+    """One function of the protocol, its entry: how the suite calls it, what it answers, how a report shows a call, what it builds on.
+
+    Its valid inputs, drawn to honour an implementation's declarations, are invariants.inputs.VALID_INPUTS[name];
+    the laws written once over every entry (dtypes.<name>_keeps_dtype) read `outputs` and `floating`.
+    """
 
     name: str
     params: tuple[str, ...]  # passed positionally, in this order
     returns: str
     summary: str
+    outputs: tuple[str, ...] = ("out",)  # the answer's parts by name, one name for a single array or value
+    floating: tuple[str, ...] = ("out",)  # those that are floating arrays in the input dtype; () for ints, counts and text
+    shown: tuple[str, ...] = ()  # the params a report shows with their shape or value; the others appear by name
+    builds_on: tuple[str, ...] = ()  # the protocol functions it is composed of (the diagnosis's dependencies)
 
     @property
     def signature(self):
         return f"{self.name}({', '.join(self.params)})"
 
+    def describe(self, args, note="", *, every=False, dtype=None):
+        """The call as a report shows it: attention(x[2, 3, 4], W_q, W_k, W_v, W_o, n_heads=2, causal=True) and `note`.
+
+        args: the arguments in protocol order, or {param: value} (a param not in it appears by name).
+        every=True shows every param; dtype names the floating dtype its arrays were handed over in.
+        """
+        values = args if isinstance(args, dict) else dict(zip(self.params, args, strict=True))
+        shown = self.params if every else self.shown
+        text = f"{self.name}({', '.join(_shown(p, values[p], dtype) if p in shown and p in values else p for p in self.params)})"
+        return f"{text} {note}" if note else text
+
+
+def _shown(param, value, dtype):
+    """One argument as a call shows it: an array by its shape (index lists and masks by value), a scalar by its value."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == bool:  # a key mask: one row of 0/1 per batch item
+            return f"{param}=[{', '.join(''.join('1' if m else '0' for m in row) for row in np.atleast_2d(value))}]"
+        if value.dtype.kind in "iu" and value.ndim <= 1:  # positions, chunks
+            return f"{param}={value.tolist()}"
+        kind = f" {'int64' if value.dtype.kind in 'iu' else dtype}" if dtype else ""
+        return f"{param}{list(value.shape)}{kind}"
+    if isinstance(value, dict):  # params: by name; with the dtype, its keys and the dtype its arrays went in
+        return f"{param}={{{', '.join(value)}}} in {dtype}" if dtype else param
+    if isinstance(value, (list, tuple)):  # experts
+        return f"{param}[{len(value)}]"
+    return f"{param}={value!r}"
+
+
+NUMBER = dict(outputs=("value",), floating=())  # an int, a count or a str: no dtype to keep
+ATTENTION = dict(outputs=("out", "weights"), floating=("out", "weights"))  # out alone where ATTENTION_WEIGHTS = False
 
 FUNCTIONS = {
     f.name: f
     for f in (
-        ProtocolFunction("softmax", ("x", "axis"), "array, same shape as x", "exp(x)/Σexp(x) along axis"),
-        ProtocolFunction("layer_norm", ("x", "gain", "bias", "eps"), "(..., d)", "per-row LayerNorm, population variance"),
-        ProtocolFunction("rms_norm", ("x", "gain", "eps"), "(..., d)", "per-row RMSNorm"),
-        ProtocolFunction("gelu", ("x",), "array, same shape as x", "GELU (tanh or erf form)"),
-        ProtocolFunction("cross_entropy", ("logits", "targets"), "scalar", "mean NLL in nats; logits (..., V), int targets (...)"),
+        ProtocolFunction("softmax", ("x", "axis"), "array, same shape as x", "exp(x)/Σexp(x) along axis", shown=("x", "axis")),
+        ProtocolFunction("layer_norm", ("x", "gain", "bias", "eps"), "(..., d)", "per-row LayerNorm, population variance", shown=("x", "eps")),
+        ProtocolFunction("rms_norm", ("x", "gain", "eps"), "(..., d)", "per-row RMSNorm", shown=("x", "eps")),
+        ProtocolFunction("gelu", ("x",), "array, same shape as x", "GELU (tanh or erf form)", shown=("x",)),
+        ProtocolFunction("cross_entropy", ("logits", "targets"), "scalar", "mean NLL in nats; logits (..., V), int targets (...)",
+                         outputs=("loss",), floating=("loss",), shown=("logits",)),
         ProtocolFunction(
             "attention",
             ("x", "W_q", "W_k", "W_v", "W_o", "n_heads", "causal"),
             "(out (B, T, d), weights (B, H, T, T))",
             "multi-head self-attention; x (B, T, d), each W (d, d)",
+            **ATTENTION, shown=("x", "n_heads", "causal"), builds_on=("softmax",),
         ),
-        ProtocolFunction("feed_forward", ("x", "W1", "b1", "W2", "b2"), "(..., d)", "GELU MLP; W1 (d, F), W2 (F, d)"),
+        ProtocolFunction("feed_forward", ("x", "W1", "b1", "W2", "b2"), "(..., d)", "GELU MLP; W1 (d, F), W2 (F, d)",
+                         shown=("x", "W1"), builds_on=("gelu",)),
         ProtocolFunction(
             "transformer_block",
             ("x", "params", "n_heads", "causal"),
             "(B, T, d)",
             "pre-norm block; params: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2",
+            shown=("x", "n_heads", "causal"), builds_on=("layer_norm", "attention", "feed_forward"),
         ),
         ProtocolFunction(
             "gpt_logits",
             ("ids", "params", "n_heads"),
             "(B, T, V)",
             "decoder-only LM; params: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b; ValueError on bad ids",
+            outputs=("logits",), floating=("logits",), shown=("ids", "n_heads"), builds_on=("transformer_block", "layer_norm"),
         ),
         ProtocolFunction(
-            "gpt_param_count", ("vocab", "d_model", "n_layers", "max_len", "attn_bias"), "int", "exact count, tied output"
+            "gpt_param_count", ("vocab", "d_model", "n_layers", "max_len", "attn_bias"), "int", "exact count, tied output", **NUMBER
         ),
-        ProtocolFunction("top_k_gates", ("router_logits", "k"), "(N, E)", "softmax over each token's k kept scores, 0 elsewhere"),
+        ProtocolFunction("top_k_gates", ("router_logits", "k"), "(N, E)", "softmax over each token's k kept scores, 0 elsewhere",
+                         outputs=("gates",), floating=("gates",), shown=("router_logits", "k"), builds_on=("softmax",)),
         ProtocolFunction("moe", ("x", "router", "experts", "k"), "(N, d)",
-                         "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])"),
-        ProtocolFunction("load_balancing_loss", ("router_logits", "k"), "scalar", "Switch loss E·Σ f_i·P_i"),
-        ProtocolFunction("tokens_per_expert", ("router_logits", "k"), "(E,) ints", "tokens routed to each expert"),
-        ProtocolFunction("moe_n_params", ("d_model", "n_experts"), "int", "router + all experts"),
-        ProtocolFunction("moe_active_params", ("d_model", "n_experts", "k"), "int", "router + k experts"),
-        ProtocolFunction("inference_flops_per_token", ("n_params",), "number", "≈ 2N"),
-        ProtocolFunction("training_flops", ("n_params", "n_tokens"), "number", "≈ 6ND"),
-        ProtocolFunction("build_vocab", ("text",), "str", "sorted distinct characters"),
-        ProtocolFunction("encode", ("text", "vocab"), "(n,) ints", "characters -> ids"),
-        ProtocolFunction("decode", ("ids", "vocab"), "str", "ids -> characters"),
-        ProtocolFunction("get_batch", ("data", "batch_size", "seq_len", "seed"), "(x, y), each (B, T)", "y is x shifted by one"),
+                         "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])",
+                         shown=("x", "experts", "k"), builds_on=("top_k_gates", "feed_forward", "swiglu")),
+        ProtocolFunction("load_balancing_loss", ("router_logits", "k"), "scalar", "Switch loss E·Σ f_i·P_i",
+                         outputs=("loss",), floating=("loss",), shown=("router_logits", "k"), builds_on=("softmax", "tokens_per_expert")),
+        ProtocolFunction("tokens_per_expert", ("router_logits", "k"), "(E,) ints", "tokens routed to each expert",
+                         outputs=("counts",), floating=(), shown=("router_logits", "k")),
+        ProtocolFunction("moe_n_params", ("d_model", "n_experts"), "int", "router + all experts", **NUMBER),
+        ProtocolFunction("moe_active_params", ("d_model", "n_experts", "k"), "int", "router + k experts", **NUMBER),
+        ProtocolFunction("inference_flops_per_token", ("n_params",), "number", "≈ 2N", **NUMBER),
+        ProtocolFunction("training_flops", ("n_params", "n_tokens"), "number", "≈ 6ND", **NUMBER),
+        ProtocolFunction("build_vocab", ("text",), "str", "sorted distinct characters", **NUMBER),
+        ProtocolFunction("encode", ("text", "vocab"), "(n,) ints", "characters -> ids", outputs=("ids",), floating=()),
+        ProtocolFunction("decode", ("ids", "vocab"), "str", "ids -> characters", **NUMBER),
+        ProtocolFunction("get_batch", ("data", "batch_size", "seq_len", "seed"), "(x, y), each (B, T)", "y is x shifted by one",
+                         outputs=("x", "y"), floating=()),
         # version 2: the modern decoder
-        ProtocolFunction("rope", ("x", "positions", "base"), "(..., T, D)", "rotary embedding: pair i at position p rotated by p·base^(-2i/D)"),
+        ProtocolFunction("rope", ("x", "positions", "base"), "(..., T, D)", "rotary embedding: pair i at position p rotated by p·base^(-2i/D)",
+                         shown=("x", "positions", "base")),
         ProtocolFunction(
             "gqa_attention",
             ("q", "k", "v", "causal", "key_mask", "window"),
             "(out (B, H, T, D), weights (B, H, T, S))",
             "grouped-query attention core; q (B, H, T, D), k, v (B, H_kv, S, D), S >= T; key_mask (B, S) bool or None; window or None",
+            **ATTENTION, shown=("q", "k", "causal", "key_mask", "window"), builds_on=("softmax",),
         ),
-        ProtocolFunction("swiglu", ("x", "W_gate", "W_up", "W_down"), "(..., d)", "(SiLU(x·W_gate) ⊙ x·W_up)·W_down"),
+        ProtocolFunction("swiglu", ("x", "W_gate", "W_up", "W_down"), "(..., d)", "(SiLU(x·W_gate) ⊙ x·W_up)·W_down", shown=("x", "W_gate")),
         ProtocolFunction(
             "llama_block",
             ("x", "params", "n_heads", "n_kv_heads", "rope_base", "window"),
             "(B, T, d)",
             "RMSNorm pre-norm block, GQA with RoPE, SwiGLU; params: attn_norm W_q W_k W_v W_o ffn_norm W_gate W_up W_down (+ b_q b_k b_v)",
+            shown=("n_heads", "n_kv_heads", "rope_base", "window"), builds_on=("rms_norm", "rope", "gqa_attention", "swiglu"),
         ),
         ProtocolFunction(
             "llama_logits",
             ("ids", "params", "n_heads", "n_kv_heads", "rope_base", "window"),
             "(B, T, V)",
             "Llama-style LM; params: embed (V, d), blocks [...], norm (d,), W_out (d, V); ValueError on ids outside [0, V)",
+            outputs=("logits",), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window"),
+            builds_on=("llama_block", "rms_norm"),
         ),
         ProtocolFunction(
             "llama_decode",
             ("ids", "params", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
             "(logits (B, T, V), cache_sizes (n,) ints)",
             "prefill chunks[0] tokens, then each chunk on the implementation's own KV cache",
+            outputs=("logits", "cache_sizes"), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
+            builds_on=("llama_block", "rms_norm"),
         ),
         ProtocolFunction(
             "cross_attention",
             ("x", "memory", "W_q", "W_k", "W_v", "W_o", "n_heads"),
             "(out (B, T, d), weights (B, H, T, S))",
             "queries from x (B, T, d), keys and values from memory (B, S, d), no mask",
+            **ATTENTION, shown=("x", "memory", "n_heads"), builds_on=("softmax",),
         ),
         ProtocolFunction(
             "decoder_block",
             ("x", "memory", "params", "n_heads"),
             "(B, T, d)",
             "pre-norm encoder-decoder block: causal self-attention, cross-attention, GELU feed-forward",
+            shown=("x", "memory", "n_heads"), builds_on=("layer_norm", "attention", "cross_attention", "feed_forward"),
         ),
     )
 }
+
+
+def describe_call(name, args, note="", **options):
+    """FUNCTIONS[name].describe(args, note, **options): the one way a report shows a call of the protocol."""
+    return FUNCTIONS[name].describe(args, note, **options)
 
 
 class ImplementationLoadError(Exception):

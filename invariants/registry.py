@@ -17,9 +17,17 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# One module per component, in the order a lesson meets them.
-COMPONENTS = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe",
-              "rope", "gqa", "masking", "swiglu", "llama", "decoding", "cross_attention", "counts", "course", "dtypes")
+# One module per component, in the order a lesson meets them, with the protocol functions whose laws it holds
+# (invariants.diagnosis reads what each builds on from their entries); dtypes holds a law over every entry.
+COMPONENTS = {
+    "softmax": ("softmax", "cross_entropy"), "norms": ("layer_norm", "rms_norm"), "activation": ("gelu",), "attention": ("attention",),
+    "feed_forward": ("feed_forward",), "block": ("transformer_block",), "model": ("gpt_logits",),
+    "moe": ("top_k_gates", "moe", "load_balancing_loss", "tokens_per_expert"), "rope": ("rope",), "gqa": ("gqa_attention",),
+    "masking": ("gqa_attention",), "swiglu": ("swiglu",), "llama": ("llama_block", "llama_logits"), "decoding": ("llama_decode",),
+    "cross_attention": ("cross_attention", "decoder_block"),
+    "counts": ("gpt_param_count", "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops"),
+    "course": ("build_vocab", "encode", "decode", "get_batch"), "dtypes": (),
+}
 
 REGISTRY: dict = {}
 

@@ -22,6 +22,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import as_array, assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, rounds_in_float32
+from invariants.protocol import describe_call
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance, agreement_tolerance, tolerance_for
 from strategies.core import float_arrays, integers
@@ -99,12 +100,6 @@ def _pair_pattern(D, pairing):
     return pattern
 
 
-def _call(inputs, note=""):
-    x = inputs["x"]
-    text = f"rope(x{list(x.shape)}, positions={inputs['positions'].tolist()}, base={inputs['base']!r})"
-    return f"{text} {note}" if note else text
-
-
 def _rope(impl, x, positions, base, call):
     __tracebackhide__ = True
     return assert_shape(impl.rope(x, positions, base), x.shape, "rope output", call)
@@ -123,7 +118,7 @@ def relative_offsets(impl, case):
     q, positions, base = inputs["x"], inputs["positions"], inputs["base"]
     k = case.draw(float_arrays(q.shape), "k (at the same positions)")
     shift = case.draw(integers(1, 64), "shift s")
-    call = _call(inputs, f"and on k, then again at positions + {shift}")
+    call = describe_call("rope", inputs, f"and on k, then again at positions + {shift}")
     scores = {}
     for s in (0, shift):
         rq, rk = _rope(impl, q, positions + s, base, call), _rope(impl, k, positions + s, base, call)
@@ -144,7 +139,7 @@ def preserves_pair_norms(impl, case):
     """Each rotated pair keeps its norm: |(x'_a, x'_b)| = |(x_a, x_b)| for every pair (a, b) of the pairing, to rounding."""
     inputs = draw_rope_inputs(impl, case, "inputs")
     x = inputs["x"]
-    call = _call(inputs)
+    call = describe_call("rope", inputs)
     got = _rope(impl, x, inputs["positions"], inputs["base"], call).astype(np.float64)
     seen = impl.as_seen(x)
     answers = {}
@@ -172,7 +167,7 @@ def position_zero_is_identity(impl, case):
     inputs = draw_rope_inputs(impl, case, "inputs")
     x = inputs["x"]
     zeros = np.zeros_like(inputs["positions"])
-    call = _call({**inputs, "positions": zeros})
+    call = describe_call("rope", {**inputs, "positions": zeros})
     assert_equal(_rope(impl, x, zeros, inputs["base"], call), impl.as_seen(x), "rope output at position 0", call)
 
 
@@ -221,7 +216,7 @@ def agrees_with_reference(impl, case):
     """rope agrees with the float64 reference in its pairing (1e-10 in float64, the dtype tolerance otherwise, grown by the angle's rounding)."""
     inputs = draw_rope_inputs(impl, case, "inputs", max_position=1024)
     x, positions, base = inputs["x"], inputs["positions"], inputs["base"]
-    call = _call(inputs)
+    call = describe_call("rope", inputs)
     got = _rope(impl, x, positions, base, call)
     answers = {p: ref.rope(impl.as_seen(x), positions, base, pairing=p) for p in rope_pairings(impl)}
     tol = agreement_tolerance(impl.dtype)

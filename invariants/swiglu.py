@@ -13,6 +13,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import rounds_in_float32
+from invariants.protocol import describe_call
 from invariants.reference_check import reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -23,11 +24,6 @@ ROUNDINGS = 4  # x·W twice, SiLU's exp and division, the product, the last matm
 DIAGONALS = (1.0, 2.0, 0.5, -1.0, -2.0, 3.0)  # gate and up scales a, b: signs and sizes where SiLU(a·x)·b·x and SiLU(b·x)·a·x differ
 _OTHER_DIAGONALS = {a: sampled_from(tuple(b for b in DIAGONALS if b != a)) for a in DIAGONALS}
 POWERS_OF_TWO = (2.0, 0.5, 4.0, -1.0, -2.0, 0.25, -0.5, 8.0)
-
-
-def _call(inputs, note=""):
-    text = f"swiglu(x{list(inputs['x'].shape)}, W_gate{list(inputs['W_gate'].shape)}, W_up, W_down)"
-    return f"{text} {note}" if note else text
 
 
 def _swiglu(impl, x, W_gate, W_up, W_down, call):
@@ -77,7 +73,7 @@ def linear_in_up(impl, case):
     inputs = case.draw(swiglu_inputs(), "inputs")
     c = case.draw(sampled_from(POWERS_OF_TWO), "c (a power of two)")
     x, W_gate, W_up, W_down = (inputs[name] for name in ("x", "W_gate", "W_up", "W_down"))
-    call = _call(inputs, f"vs W_up scaled by {c!r}")
+    call = describe_call("swiglu", inputs, f"vs W_up scaled by {c!r}")
     got = _swiglu(impl, x, W_gate, c * impl.as_seen(W_up), W_down, call)
     expected = c * _swiglu(impl, x, W_gate, W_up, W_down, call).astype(np.float64)
     if impl.device == "cpu" and impl.dtype in ("float32", "float64"):
@@ -97,7 +93,7 @@ def agrees_with_reference(impl, case):
     """swiglu agrees with the float64 reference (1e-10 in float64, the dtype tolerance otherwise, at the size of its terms)."""
     inputs = case.draw(swiglu_inputs(), "inputs")
     args = tuple(inputs[name] for name in ("x", "W_gate", "W_up", "W_down"))
-    call = _call(inputs)
+    call = describe_call("swiglu", inputs)
     got = _swiglu(impl, *args, call)
     tol = agreement_tolerance(impl.dtype)
     if impl.dtype != "float64":

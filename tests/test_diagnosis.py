@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from invariants.diagnosis import DEPENDS, diagnose, leave_one_out_accuracy, likely_bugs, load_signatures, named_by, non_finite_first, root_failures
+from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, REGISTRY, all_invariants
 
 all_invariants()
@@ -23,6 +26,37 @@ def test_the_shipped_signatures_name_zoo_mutants_and_registered_invariants():
 
 def test_every_component_says_which_components_it_builds_on():
     assert set(DEPENDS) == set(COMPONENTS) and all(set(below) <= set(COMPONENTS) for below in DEPENDS.values())
+    assert DEPENDS["block"] == ("norms", "attention", "feed_forward") and DEPENDS["decoding"] == ("llama",)
+    assert DEPENDS["cross_attention"] == ("norms", "attention", "feed_forward")  # softmax is below attention: not named twice
+
+
+def test_every_protocol_function_is_held_to_the_laws_of_a_component():
+    held = {name for functions in COMPONENTS.values() for name in functions}
+    assert held == set(FUNCTIONS), sorted(set(FUNCTIONS) ^ held)
+
+
+# Where the reference composes a function from another that the protocol does not ask it to build on.
+REFERENCE_SHORTCUTS = {"llama_logits": {"llama_decode"}, "cross_attention": {"gqa_attention"}}
+
+
+@pytest.mark.parametrize("reference", ["reference.numpy", "reference.torch"])
+def test_what_each_entry_builds_on_is_what_the_reference_calls(reference):
+    """The entries' builds_on, closed, against the call graph mutants.matrix computes from the reference's code."""
+    from mutants.matrix import reachable
+
+    namespace = pytest.importorskip(reference)
+    for name, entry in FUNCTIONS.items():
+        declared, todo = set(), list(entry.builds_on)
+        while todo:
+            part = todo.pop()
+            if part not in declared:
+                declared.add(part)
+                todo.extend(FUNCTIONS[part].builds_on)
+        calls = (reachable(namespace, name) & set(FUNCTIONS)) - {name}
+        shortcuts = set().union(*(REFERENCE_SHORTCUTS.get(part, set()) for part in declared | {name}))
+        assert calls - shortcuts <= declared, name
+        leaves = {part for part in declared if not FUNCTIONS[part].builds_on}  # the composites may be reached through helpers
+        assert leaves <= calls | {"swiglu"}, name  # swiglu: the experts moe builds under EXPERT_FFN = "swiglu"
 
 
 def test_a_failing_rms_norm_is_the_root_of_the_llama_and_decoding_failures_above_it():

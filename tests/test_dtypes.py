@@ -6,6 +6,7 @@ import pytest
 import invariants.runner as runner
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
 from invariants.dtypes import NOT_FLOATING, answer_dtype
+from invariants.inputs import VALID_INPUTS
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS
 from invariants.registry import REGISTRY
@@ -46,6 +47,7 @@ def test_every_floating_protocol_function_has_a_dtype_invariant():
     assert all(len(inv.requires) == 1 for inv in DTYPE_INVARIANTS)  # one function each: a partial implementation skips exactly
     assert checked.isdisjoint(NOT_FLOATING)
     assert checked | set(NOT_FLOATING) == set(FUNCTIONS), sorted(set(FUNCTIONS) - checked - set(NOT_FLOATING))
+    assert set(VALID_INPUTS) == checked  # the entry's valid inputs, which the law over the table draws
     for inv in DTYPE_INVARIANTS:
         assert inv.name == f"dtypes.{inv.requires[0]}_keeps_dtype"
         assert "np.float64(" in inv.hint and "default dtype" in inv.hint and ".double()" in inv.hint, inv.name
@@ -104,7 +106,7 @@ def test_the_layer_norm_leak_report_names_the_function_and_both_dtypes():
     mutant = MUTANTS["dtypes.float64_eps_layer_norm"]
     _, report = _run(REGISTRY[mutant.killed_by], mutant.implementation())
     assert ("dtype of layer_norm(x, gain, bias, eps)=float64, but should be float32 (the input dtype) "
-            "[layer_norm(x=float32 (") in report
+            "[layer_norm(x[") in report and "] float32, gain[" in report
     assert "eps=1e-05)]" in report
 
 
