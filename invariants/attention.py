@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_value, assert_where
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.protocol import ImplementationError, describe_call
-from invariants.reference_check import reference_answer
+from invariants.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
-from invariants.tolerance import agreement_tolerance
+from invariants.tolerance import ROUNDINGS
 from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated
 from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, integers, permutations, sampled_from, swept_lengths
 from strategies.core import weights as weight_matrices
@@ -46,12 +46,6 @@ LONG = dict(long_lengths=LONG_LENGTHS)  # the other checks: long sequences half 
 # Scores up to about 1e4 (a scale of 16384), for the laws that stay exact there. Every partial sum of a score stays
 # below MAX_SCORE_SUM (2**15) in float16, where more would overflow, and below 2**17 in wider dtypes (gaps of 1e4 and more).
 WIDE_SCORE_SUM = 2.0**17
-# Roundings in the dtype between attention's inputs and its output (q, k, q·kᵀ, /√D, the softmax, v,
-# weights @ v, @ W_o), where the tolerance table allows for one operation; the softmax also passes the
-# scores' absolute error on as the weights' relative error. Used where a low-precision answer meets one
-# computed along another path; measured on reference.torch over 2000 examples, the worst error is 0.32
-# of the bound so scaled in float16 (the weights), 0.16 in bfloat16.
-ROUNDINGS = 8
 
 
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its attention returns no weights to check")
@@ -311,7 +305,7 @@ def last_position_mask_free(impl, case):
     another path when given a mask (SDPA's flash kernel on CUDA takes no explicit mask), so rounding is allowed.
     """
     drawn = _draw_inputs(impl, case, causal=True, **SWEEP)
-    tol = impl.tolerance.scaled(ROUNDINGS)  # two kernels may round differently all along the chain
+    tol = impl.tolerance.scaled(ROUNDINGS["attention"])  # two kernels may round differently all along the chain
     for T in _lengths(drawn):
         inputs = truncated(drawn, T)
         call = describe_call("attention", inputs, "vs causal=False")
@@ -423,7 +417,7 @@ def multi_head_is_sum_of_heads(impl, case):
     call = describe_call("attention", inputs, "vs the sum of its heads as one-head calls")
     out, weights = _attend(impl, inputs, call)
     total = np.zeros(out.shape)  # (B, T, d)
-    tol = impl.tolerance.scaled(ROUNDINGS)  # the one-head calls reach the same values by other roundings (W_q·√H, 1/√d)
+    tol = impl.tolerance.scaled(ROUNDINGS["attention"])  # the one-head calls reach the same values by other roundings (W_q·√H, 1/√d)
     for h in range(H):
         keep = (np.arange(d) // D == h).astype(np.float64)  # (d,): head h's features
         head = dict(inputs, W_q=W_q * keep * np.sqrt(H), W_k=W_k * keep, W_v=W_v * keep, W_o=W_o * keep[:, None], n_heads=1)
@@ -449,9 +443,7 @@ def agrees_with_reference(impl, case):
     call = describe_call("attention", inputs)
     out, weights = _attend(impl, inputs, call)
     expected_out, expected_weights = reference_answer(impl, "attention", *attention_args(inputs))
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":  # float64 keeps the course's fixed 1e-10
-        tol = tol.scaled(ROUNDINGS)
+    tol = reference_tolerance(impl, factor=ROUNDINGS["attention"])  # float64 keeps the course's fixed 1e-10
     if weights is not None:
         assert_close(weights, expected_weights, "attention weights", tol, call)
     assert_close(out, expected_out, "attention output", tol.at_scale(_magnitude(impl, inputs, expected_weights)), call)

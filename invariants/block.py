@@ -25,7 +25,6 @@ from invariants.attention import attention_output
 from invariants.conventions import (
     NO_DECODER_MODE,
     NO_ENCODER_MODE,
-    PROTOCOL_EPS,
     attention_biases,
     biases_as_declared,
     causal_modes,
@@ -38,7 +37,6 @@ from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, swept_lengths
 from strategies.params import block_params
 
-EPS = PROTOCOL_EPS  # the protocol's LayerNorm eps (GPT-2's), the one transformer_block uses inside unless LAYER_NORM_EPS says otherwise
 OUTPUTS = {"attention": ("W_o", "b_o"), "feed_forward": ("W2", "b2")}  # what a sublayer's output is made of
 
 

@@ -18,11 +18,10 @@ from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps,
 from invariants.protocol import describe_call
 from invariants.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
 from invariants.registry import invariant
-from invariants.tolerance import layer_norm_condition
+from invariants.tolerance import ROUNDINGS, layer_norm_condition
 from strategies.core import float_arrays, integers, permutations
 from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 
-ROUNDINGS = 8  # as invariants/attention.py
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)
 LOW_PRECISION = ("float16", "bfloat16")
 
@@ -61,7 +60,7 @@ def _changed_somewhere(after, before):
 
 def _output_tolerance(impl, inputs):
     """How far a correct cross_attention's output may be from the float64 reference's (cross_agrees_with_reference's bound)."""
-    return reference_tolerance(impl, factor=ROUNDINGS).at_scale(_magnitude(impl, inputs))
+    return reference_tolerance(impl, factor=ROUNDINGS["cross_attention"]).at_scale(_magnitude(impl, inputs))
 
 
 def _must_change(impl, inputs, memory):
@@ -136,7 +135,7 @@ def cross_agrees_with_reference(impl, case):
     out, weights = _cross(impl, inputs, call)
     expected_out, expected_weights = reference_answer(impl, "cross_attention", *cross_args(inputs))
     if weights is not None:
-        assert_close(weights, expected_weights, "cross_attention weights", reference_tolerance(impl, factor=ROUNDINGS), call)
+        assert_close(weights, expected_weights, "cross_attention weights", reference_tolerance(impl, factor=ROUNDINGS["cross_attention"]), call)
     assert_close(out, expected_out, "cross_attention output", _output_tolerance(impl, inputs), call)
 
 
@@ -213,7 +212,8 @@ def _block_must_change(impl, x, memory, changed, params, n_heads):
     """(B, T) True where the float64 reference block's output moves by more than twice block_agrees_with_reference's tolerance
     when memory becomes changed, in every GELU form impl may follow: there a correct block, within that tolerance of its form's
     answer on both sides, must move too (see _must_change)."""
-    tol = reference_tolerance(impl, factor=ROUNDINGS, condition=max(_condition(impl, x, m, params, n_heads) for m in (memory, changed)))
+    condition = max(_condition(impl, x, m, params, n_heads) for m in (memory, changed))
+    tol = reference_tolerance(impl, factor=ROUNDINGS["cross_attention"], condition=condition)
     eps = {"eps": layer_norm_eps(impl)}
     before = reference_answers(impl, "decoder_block", x, memory, params, n_heads, **eps)
     after = reference_answers(impl, "decoder_block", x, changed, params, n_heads, **eps)
@@ -230,8 +230,8 @@ def block_agrees_with_reference(impl, case):
     x, memory, params, n_heads = _block_case(impl, case)
     call = describe_call("decoder_block", dict(x=x, memory=memory, n_heads=n_heads))
     got = _block(impl, x, memory, params, n_heads, call)
-    assert_agrees_with_reference(impl, "decoder_block", (x, memory, params, n_heads), got, "decoder_block output", factor=ROUNDINGS,
-                                 condition=_condition(impl, x, memory, params, n_heads), call=call,
+    assert_agrees_with_reference(impl, "decoder_block", (x, memory, params, n_heads), got, "decoder_block output",
+                                 factor=ROUNDINGS["cross_attention"], condition=_condition(impl, x, memory, params, n_heads), call=call,
                                  options={"eps": layer_norm_eps(impl)}, gelu=True)
 
 

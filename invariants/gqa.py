@@ -22,12 +22,11 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_shape, assert_value
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, returns_weights, rounds_in_float32
 from invariants.protocol import describe_call
+from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
-from invariants.tolerance import agreement_tolerance
+from invariants.tolerance import ROUNDINGS
 from strategies.core import integers
 from strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
-
-ROUNDINGS = 8  # as invariants/attention.py: the roundings between q, k, v and the output (scores, scale, softmax, weights @ v)
 
 
 @cache
@@ -196,9 +195,7 @@ def agrees_with_reference(impl, case):
     out, weights = attend(impl, inputs, call)
     expected_out, expected_weights = reference_gqa(impl, inputs)
     rows = compared_rows(impl, inputs)
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(ROUNDINGS)
+    tol = reference_tolerance(impl, factor=ROUNDINGS["gqa_attention"])
     if weights is not None:
         assert_close(np.where(rows[..., None], weights, 0.0), np.where(rows[..., None], expected_weights, 0.0), "gqa_attention weights", tol, call)
     assert_close(np.where(rows[..., None], out, 0.0), np.where(rows[..., None], expected_out, 0.0), "gqa_attention output",

@@ -22,14 +22,13 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, rms_norm_eps, rounds_in_float32
 from invariants.protocol import describe_call
+from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
 from invariants.rope import assert_close_to_a_pairing, rope_pairings
-from invariants.tolerance import agreement_tolerance
+from invariants.tolerance import ROUNDINGS
 from strategies.core import float_arrays, integers
 from strategies.decoder import llama_block_params, llama_configs, llama_params
 from strategies.params import token_ids
-
-ROUNDINGS = 8  # two norms, attention's chain and SwiGLU's, two residual sums: as the GPT block's 4 × 2 for the extra RoPE and gate
 
 _BLOCK_OUTPUTS = ("W_o", "W_down")  # what the two sublayers' outputs are made of (no output biases in Llama)
 
@@ -191,7 +190,7 @@ def values_are_not_rotated(impl, case):
     call = describe_call("llama_block", named_sizes(config), "with W_q = 0 (and b_q = 0) and W_down = 0")
     got = _block(impl, x, quiet, config, call)
     expected, scale = _running_mean_of_values(impl, x, quiet, config)
-    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(scale)
+    tol = impl.tolerance.scaled(ROUNDINGS["llama_block"]).at_scale(scale)
     assert_close(got, expected, "llama_block output: x + the running mean of unrotated values, @ W_o", tol, call)
 
 
@@ -208,12 +207,8 @@ def block_agrees_with_reference(impl, case):
     call = describe_call("llama_block", named_sizes(config))
     got = _block(impl, x, params, config, call)
     answers = reference_with_pairings(impl, "llama_block", (x, params, *sizes(config)))
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(ROUNDINGS)
+    tol = reference_tolerance(impl, factor=ROUNDINGS["llama_block"], condition=lambda: norms_condition(impl, x, [params], config))
     scale = max(float(np.abs(a).max()) for a in answers.values())
-    if impl.dtype != "float64":
-        tol = tol.conditioned(norms_condition(impl, x, [params], config))
     assert_close_to_a_pairing(impl, got, answers, "llama_block output", tol.at_scale(scale), call)
 
 
@@ -266,8 +261,7 @@ def logits_against_reference(impl, got, ids, params, config, what, call):
     """got (B, T, V) is within the agreement tolerance of the float64 reference's llama_logits in a pairing impl may follow."""
     __tracebackhide__ = True
     answers = reference_with_pairings(impl, "llama_logits", (ids, params, *sizes(config)))
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(ROUNDINGS * max(1, config.n_layers)).conditioned(model_condition(impl, ids, params, config))
+    tol = reference_tolerance(impl, factor=ROUNDINGS["llama_block"] * max(1, config.n_layers),
+                              condition=lambda: model_condition(impl, ids, params, config))
     scale = max(float(np.abs(a).max()) for a in answers.values())
     assert_close_to_a_pairing(impl, got, answers, what, tol.at_scale(scale), call)

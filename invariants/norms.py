@@ -32,7 +32,6 @@ from invariants.registry import invariant
 from strategies.core import integers
 from strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
 
-EPS = PROTOCOL_EPS
 LARGE_ROWS = dict(min_row_std=2.0**5, max_row_std=LARGEST_ROW_STD, max_offset=1.0)  # |x| up to ~12,000: x² > 65504 for |x| >= 256
 _FIXED_LN_EPS = declared_skip("LAYER_NORM_EPS", lambda eps: eps is not None, "the scale law needs layer_norm at eps/c², not at a fixed eps")
 _FIXED_RMS_EPS = declared_skip("RMS_NORM_EPS", lambda eps: eps is not None, "the scale law needs rms_norm at eps/c², not at a fixed eps")
@@ -114,9 +113,9 @@ def layer_norm_scale_law(impl, case):
     powers = case.draw(st.booleans(), "c is a power of two")
     c = case.draw(scale_factors(powers_of_two=powers), "c")
     g, b = _plain(x.shape[-1])
-    call = f"layer_norm(c·x, ones, zeros, {EPS}) vs sign(c)·layer_norm(x, ones, zeros, {EPS}/c²) with c={c!r}"
-    scaled = _layer_norm(impl, c * x, g, b, EPS, call)
-    expected = np.sign(c) * _layer_norm(impl, x, g, b, EPS / c**2, call)
+    call = f"layer_norm(c·x, ones, zeros, {PROTOCOL_EPS}) vs sign(c)·layer_norm(x, ones, zeros, {PROTOCOL_EPS}/c²) with c={c!r}"
+    scaled = _layer_norm(impl, c * x, g, b, PROTOCOL_EPS, call)
+    expected = np.sign(c) * _layer_norm(impl, x, g, b, PROTOCOL_EPS / c**2, call)
     if powers and _exact_scaling(impl):
         assert_equal(scaled, expected, "layer_norm(c·x)", call)
     else:
@@ -204,9 +203,9 @@ def rms_norm_scale_law(impl, case):
     powers = case.draw(st.booleans(), "c is a power of two")
     c = case.draw(scale_factors(powers_of_two=powers), "c")
     ones = np.ones(x.shape[-1])
-    call = f"rms_norm(c·x, ones, {EPS}) vs sign(c)·rms_norm(x, ones, {EPS}/c²) with c={c!r}"
-    scaled = _rms_norm(impl, c * x, ones, EPS, call)
-    expected = np.sign(c) * _rms_norm(impl, x, ones, EPS / c**2, call)
+    call = f"rms_norm(c·x, ones, {PROTOCOL_EPS}) vs sign(c)·rms_norm(x, ones, {PROTOCOL_EPS}/c²) with c={c!r}"
+    scaled = _rms_norm(impl, c * x, ones, PROTOCOL_EPS, call)
+    expected = np.sign(c) * _rms_norm(impl, x, ones, PROTOCOL_EPS / c**2, call)
     if powers and _exact_scaling(impl):
         assert_equal(scaled, expected, "rms_norm(c·x)", call)
     else:

@@ -34,11 +34,10 @@ from invariants.boundary import (
     where,
 )
 from invariants.conventions import read_declarations
-from invariants.tolerance import Tolerance, tolerance_for
+from invariants.tolerance import DTYPES, Tolerance, tolerance_for
 
 PROTOCOL_VERSION = 2
 BACKENDS = ("numpy", "torch")
-DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

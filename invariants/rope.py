@@ -24,11 +24,10 @@ from invariants.asserts import as_array, assert_close, assert_equal, assert_shap
 from invariants.conventions import declared, rounds_in_float32
 from invariants.protocol import describe_call
 from invariants.registry import invariant
-from invariants.tolerance import Tolerance, agreement_tolerance, tolerance_for
+from invariants.tolerance import ROUNDINGS, Tolerance, agreement_tolerance, tolerance_for
 from strategies.core import float_arrays, integers
 from strategies.decoder import rope_inputs
 
-ROUNDINGS = 4  # the rotated value: x·cos, the partner·sin, their sum, and cos/sin themselves rounded to the dtype
 ANGLE_UNIT = {"float64": 2.0**-53}  # the unit roundoff an angle p·θ carries; float32 (2^-24) for float32 and below
 
 
@@ -51,8 +50,8 @@ def angle_error(impl, max_position):
 
 
 def rope_tolerance(impl, max_position, *, base=None):
-    """`base` (impl's tolerance by default) scaled by ROUNDINGS, its rtol grown by angle_error(max_position)."""
-    tol = (base or impl.tolerance).scaled(ROUNDINGS)
+    """`base` (impl's tolerance by default) scaled by ROUNDINGS["rope"], its rtol grown by angle_error(max_position)."""
+    tol = (base or impl.tolerance).scaled(ROUNDINGS["rope"])
     return Tolerance(tol.rtol + angle_error(impl, max_position), tol.atol, tol.dtype)
 
 
@@ -147,7 +146,7 @@ def preserves_pair_norms(impl, case):
         first, second = ref.rope_pairs(seen, pairing)
         got_first, got_second = ref.rope_pairs(got, pairing)
         answers[pairing] = (np.hypot(first, second), np.hypot(got_first, got_second))  # (..., D/2) each: before, after
-    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(float(np.abs(seen).max()) * np.sqrt(2))
+    tol = impl.tolerance.scaled(ROUNDINGS["rope"]).at_scale(float(np.abs(seen).max()) * np.sqrt(2))
     fits = {p: before for p, (before, after) in answers.items() if tol.allows(after, before).all()}
     if fits:
         return

@@ -14,13 +14,12 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import rounds_in_float32
 from invariants.protocol import describe_call
-from invariants.reference_check import reference_answer
+from invariants.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
-from invariants.tolerance import agreement_tolerance
+from invariants.tolerance import ROUNDINGS
 from strategies.core import sampled_from
 from strategies.decoder import swiglu_inputs
 
-ROUNDINGS = 4  # x·W twice, SiLU's exp and division, the product, the last matmul: a few roundings at the terms' scale
 DIAGONALS = (1.0, 2.0, 0.5, -1.0, -2.0, 3.0)  # gate and up scales a, b: signs and sizes where SiLU(a·x)·b·x and SiLU(b·x)·a·x differ
 _OTHER_DIAGONALS = {a: sampled_from(tuple(b for b in DIAGONALS if b != a)) for a in DIAGONALS}
 POWERS_OF_TWO = (2.0, 0.5, 4.0, -1.0, -2.0, 0.25, -0.5, 8.0)
@@ -52,7 +51,7 @@ def diagonal_closed_form(impl, case):
     d = x.shape[-1]
     eye = np.eye(d)
     seen = impl.as_seen(x)
-    tol = impl.tolerance.scaled(ROUNDINGS)
+    tol = impl.tolerance.scaled(ROUNDINGS["swiglu"])
     for gate, up in ((a, b), (b, a)):
         call = f"swiglu(x{list(x.shape)}, W_gate={gate!r}·I, W_up={up!r}·I, W_down=I)"
         got = _swiglu(impl, x, gate * eye, up * eye, eye, call)
@@ -95,7 +94,5 @@ def agrees_with_reference(impl, case):
     args = tuple(inputs[name] for name in ("x", "W_gate", "W_up", "W_down"))
     call = describe_call("swiglu", inputs)
     got = _swiglu(impl, *args, call)
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tol.scaled(ROUNDINGS)
+    tol = reference_tolerance(impl, factor=ROUNDINGS["swiglu"])
     assert_close(got, reference_answer(impl, "swiglu", *args), "swiglu output", tol.at_scale(_magnitude(impl, *args)), call)
