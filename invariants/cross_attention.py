@@ -73,6 +73,15 @@ def _must_change(impl, inputs, memory):
     return _moves_beyond(before, after, tol)
 
 
+def _wider_than_16_bits(impl):
+    """Why an encoder position's effect is not checked in float16 and bfloat16 (their 8 or 11 bits can round its share of a
+    change away), or None in float32 and float64."""
+    if impl.dtype in LOW_PRECISION:
+        return (f"{impl.label} runs in {impl.dtype}, whose 8 or 11 bits can round away one encoder position's share of the output; "
+                "this invariant runs in float32 and float64")
+    return None
+
+
 def _moves_beyond(before, after, tol):
     """(B, T) True where some feature moves from before to after by more than twice tol (at the larger of the two sizes)."""
     return (np.abs(after - before) > 2 * (tol.atol + tol.rtol * np.maximum(np.abs(before), np.abs(after)))).any(axis=-1)
@@ -82,10 +91,11 @@ def _moves_beyond(before, after, tol):
     requires=("cross_attention",),
     hint="the cross-attention is masked: it inherits the decoder's causal mask (decoder position i sees encoder positions <= i, "
     "as in huggingface/transformers#48172), or a padding mask meant for the decoder; or its keys come from the decoder stream",
+    applies=_wider_than_16_bits,
 )
 def sees_every_memory_position(impl, case):
     """Every cross-attention weight is > 0, and shifting the encoder output at any one position j changes the output at every decoder
-    position (float32 and float64, wherever the reference's output moves by more than rounding: in 16 bits any change can round away)."""
+    position (float32 and float64, wherever the reference's output moves by more than rounding)."""
     inputs = case.draw(cross_inputs(min_memory=2), "inputs")
     B, S, d = inputs["memory"].shape
     j = case.draw(integers(0, S - 1), "j (changed encoder position)")
@@ -96,8 +106,6 @@ def sees_every_memory_position(impl, case):
     new_out, _ = _cross(impl, inputs, call, memory=memory)
     if weights is not None:
         assert_where(weights > 0, weights, "cross-attention weights", "> 0 at every encoder position (no mask)", call)
-    if impl.dtype in LOW_PRECISION:  # 8 or 11 bits can round one position's share of a change away; the weights above still must be > 0
-        return
     assert_where(_changed_somewhere(new_out, out) | ~_must_change(impl, inputs, memory), new_out[..., 0],
                  f"output at each decoder position (feature 0 shown) after memory[:, {j}] changed",
                  "changed at every decoder position where the reference's output moves by more than rounding", call)
@@ -190,8 +198,7 @@ def block_causal_non_leakage(impl, case):
     requires=("decoder_block",),
     hint="the block's cross-attention does not read the memory (keys and values from the decoder stream: self-attention twice), "
     "or it is masked causally over the encoder positions",
-    applies=lambda impl: (f"{impl.label} runs in {impl.dtype}: a decoder block's 8 or 11 bits can round away one encoder position's "
-                          "share of the output; this invariant runs in float32 and float64") if impl.dtype in LOW_PRECISION else None,
+    applies=_wider_than_16_bits,
 )
 def block_sees_every_memory_position(impl, case):
     """Shifting the encoder output at any one position j changes the decoder block's output at every decoder position (float32 and
