@@ -91,7 +91,7 @@ def assert_keeps_dtype(impl, name, args):
                          "wider than the input dtype bfloat16)", call)
 
 
-# Where a dtype leaks in each function: the start of its invariant's hint (the common causes follow).
+# Where a dtype leaks in each function, where it has a typical place: the start of its invariant's hint (the common causes follow).
 LEAKS = {
     "softmax": "softmax's answer is not in x's dtype: the sum or the max is taken in float64 (dtype=np.float64), "
                "or the exponentials are written into a new buffer in the default dtype",
@@ -136,7 +136,7 @@ def _keeps_dtype(entry):
     check.__name__ = check.__qualname__ = f"{entry.name}_keeps_dtype"
     parts = "its answer" if len(entry.outputs) == 1 else " and ".join(entry.floating)
     check.__doc__ = f"{entry.signature} returns {parts} in the dtype its floating inputs came in."
-    return invariant(requires=(entry.name,), hint=_hint(LEAKS[entry.name]))(check)
+    return invariant(requires=(entry.name,), hint=_hint(LEAKS.get(entry.name, f"{entry.name}'s answer is not in its inputs' dtype")))(check)
 
 
 KEEPS_DTYPE = {name: _keeps_dtype(entry) for name, entry in FUNCTIONS.items() if entry.floating}
