@@ -233,7 +233,7 @@ class _JsonRecord:
     def pytest_runtest_logreport(self, report):
         if _SUITE_TEST not in report.nodeid:
             return
-        name = report.nodeid.split(_SUITE_TEST, 1)[1].rsplit("]", 1)[0]
+        name = report.nodeid.split(_SUITE_TEST, 1)[1].rsplit("]", 1)[0].split("-")[0]  # [<invariant>-<dtype>]
         text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
         self.reports.setdefault(name, {})[report.when] = (report.outcome, dict(report.user_properties), text)
 

@@ -5,12 +5,18 @@
 
 import pytest
 
+from invariants.plugin import selection
 from invariants.registry import all_invariants
 from invariants.repro import write_repro
 from invariants.runner import run_invariant
 
 
-@pytest.mark.parametrize("inv", all_invariants(), ids=lambda inv: inv.name)
+def pytest_generate_tests(metafunc):
+    """One test per registered invariant, its id naming the run's dtype: test_invariant[attention.causal_non_leakage-float32]."""
+    dtype = selection(metafunc.config).dtype
+    metafunc.parametrize("inv", all_invariants(), ids=lambda inv: f"{inv.name}-{dtype}")
+
+
 def test_invariant(inv, impl, invariant_settings, record_outcome, repro_dir, record_property):
     outcome = run_invariant(inv, impl, settings=invariant_settings)
     record_outcome(outcome)

@@ -91,7 +91,7 @@ def test_failing_invariants_carry_their_examples_in_the_junit_xml_and_the_summar
     assert outcomes.get("failed") == 1 and outcomes.get("passed", 0) >= 1, result.stdout.str()
     cases = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
              for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase")}
-    failing = cases["test_invariant[norms.layer_norm_known_values]"]
+    failing = cases["test_invariant[norms.layer_norm_known_values-float64]"]
     assert failing["invariant_status"] == "failed" and int(failing["examples_to_failure"]) >= 1 and int(failing["examples"]) >= 1
     passed = [props for name, props in cases.items() if props.get("invariant_status") == "passed"]
     assert passed and all(int(p["examples"]) >= 1 for p in passed)
