@@ -107,3 +107,18 @@ def test_dtype_names_both_dtypes_and_where_the_expected_one_comes_from():
     assert text == "dtype of layer_norm(x, gain, bias, eps)=float64, but should be float32 (the input dtype) [layer_norm(x float32 (1, 2), ...)]"
     assert message_of(assert_dtype, np.zeros(1, dtype=np.int64), "float64", "f(x)") == "dtype of f(x)=int64, but should be float64"
     assert message_of(assert_dtype, (np.zeros(1),), "float64", "f(x)").startswith("type of f(x)=tuple, but should be an array")
+
+
+def test_a_call_is_described_by_its_entry_alone():
+    """describe_call shows the params the entry lists in `shown` (arrays by shape, masks and index lists by value), the rest by name."""
+    from invariants.protocol import describe_call
+
+    x, q, k = np.zeros((2, 3, 4)), np.zeros((1, 2, 3, 4)), np.zeros((1, 1, 3, 4))
+    assert describe_call("attention", {"x": x, "n_heads": 2, "causal": True}, "vs causal=False") == (
+        "attention(x[2, 3, 4], W_q, W_k, W_v, W_o, n_heads=2, causal=True) vs causal=False")
+    masked = {"q": q, "k": k, "causal": True, "key_mask": np.array([[True, False, True]]), "window": None}
+    assert describe_call("gqa_attention", masked) == "gqa_attention(q[1, 2, 3, 4], k[1, 1, 3, 4], v, causal=True, key_mask=[101], window=None)"
+    every = describe_call("layer_norm", (np.zeros((3, 5)), np.ones(5), np.zeros(5), 1e-05), every=True, dtype="float32")
+    assert every == "layer_norm(x[3, 5] float32, gain[5] float32, bias[5] float32, eps=1e-05)"
+    with pytest.raises(ValueError):  # positional arguments are the whole call, in protocol order
+        describe_call("layer_norm", (x,))
