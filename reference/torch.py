@@ -37,7 +37,7 @@ __all__ = [
     "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
     "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
     "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_positions", "llama_decode",
-    "cross_attention", "decoder_block",
+    "cross_attention", "decoder_block", "qk_norm_attention",
 ]
 
 BACKEND = "torch"
@@ -412,3 +412,14 @@ def decoder_block(x, memory, params, n_heads, *, gelu_form="tanh", eps=EPS):
     x = x + attention(layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, True)[0]
     x = x + cross_attention(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), memory, p["Wc_q"], p["Wc_k"], p["Wc_v"], p["Wc_o"], n_heads)[0]
     return x + feed_forward(layer_norm(x, p["ln3_g"], p["ln3_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
+
+
+def qk_norm_attention(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    """Causal GQA with each head's q and k RMS-normalised over D (gains q_norm, k_norm (D,)) before RoPE: out (B, T, d), weights (B, H, T, T)."""
+    p = params
+    q = rms_norm(split_heads(x @ p["W_q"], n_heads), p["q_norm"], eps)  # (B, H, T, D)
+    k = rms_norm(split_heads(x @ p["W_k"], n_kv_heads), p["k_norm"], eps)  # (B, H_kv, T, D)
+    v = split_heads(x @ p["W_v"], n_kv_heads)  # (B, H_kv, T, D): not normalised
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    heads, weights = gqa_attention(q, k, v, True, None, None)  # (B, H, T, D), (B, H, T, T)
+    return merge_heads(heads) @ p["W_o"], weights  # (B, T, d)

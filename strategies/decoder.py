@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, integers, just, mapped, sampled_from, seeds
+from strategies.core import cached_strategy, integers, just, mapped, sampled_from, scales, seeds
 
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")
@@ -493,3 +493,53 @@ def decoder_block_params(d_model, *, d_ff=None):
     if d_ff is not None:
         check_int("d_ff", d_ff, low=1)
     return mapped(seeds(), partial(init_decoder_block_params, d_model, d_ff=d_ff))
+
+
+# -- attention with QK-norm --------------------------------------------------------------------------------
+
+
+@cached_strategy
+def qk_norm_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=5, max_kv_heads=2, min_group=1, max_group=2, min_pairs=1, max_pairs=3,
+                   max_d_model=6, max_start=64, bases=ROPE_BASES, min_qk_scale=1.0, max_qk_scale=1.0):
+    """dicts {x (B, T, d), params, n_heads, n_kv_heads, positions (T,), rope_base}, in the order qk_norm_attention takes them.
+
+    H = n_kv_heads·group, D = 2·pairs, and d in [1, max_d_model] drawn apart from H·D (Qwen3's d is not H·D).
+    params: W_q (d, H·D), W_k and W_v (d, H_kv·D), W_o (H·D, d), standard normal / √fan_in, W_q and W_k
+    times a scale from [min_qk_scale, max_qk_scale] (a power of two where the range holds one: large
+    scales are where attention without the norm saturates); q_norm and k_norm (D,) uniform in [0.5, 1.5],
+    so the two gains of a RoPE pair differ. positions: T consecutive ints from a start in [0, max_start].
+    """
+    for prefix, low, high in (("batch", min_batch, max_batch), ("seq", min_seq, max_seq), ("group", min_group, max_group),
+                              ("pairs", min_pairs, max_pairs)):
+        check_int_range(prefix, low, high, low=1)
+    check_int("max_kv_heads", max_kv_heads, low=1)
+    check_int("max_d_model", max_d_model, low=1)
+    check_int("max_start", max_start, low=0)
+    _check_scales(min_qk_scale, max_qk_scale)
+    bases = tuple(bases)
+    for base in bases:
+        check_float("base", base, low=1.0000001)
+    qk_scales = scales(min_qk_scale, max_qk_scale)
+
+    @st.composite
+    def inputs(draw):
+        B, T = draw(integers(min_batch, max_batch)), draw(integers(min_seq, max_seq))
+        H_kv, group, D = draw(integers(1, max_kv_heads)), draw(integers(min_group, max_group)), 2 * draw(integers(min_pairs, max_pairs))
+        d, start, base, scale = draw(integers(1, max_d_model)), draw(integers(0, max_start)), draw(sampled_from(bases)), draw(qk_scales)
+        rng = np.random.default_rng(draw(seeds()))
+
+        def matrix(fan_in, fan_out, gain=1.0):
+            return gain * rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)
+
+        H = H_kv * group
+        params = {"W_q": matrix(d, H * D, scale), "W_k": matrix(d, H_kv * D, scale), "W_v": matrix(d, H_kv * D),  # (d, H·D), (d, H_kv·D) twice
+                  "W_o": matrix(H * D, d), "q_norm": rng.uniform(0.5, 1.5, D), "k_norm": rng.uniform(0.5, 1.5, D)}  # (H·D, d), (D,) twice
+        return {"x": rng.standard_normal((B, T, d)), "params": params, "n_heads": H, "n_kv_heads": H_kv,
+                "positions": np.arange(start, start + T), "rope_base": base}
+
+    return inputs()
+
+
+def qk_norm_args(inputs):
+    """The positional arguments of qk_norm_attention(x, params, n_heads, n_kv_heads, positions, rope_base) from a qk_norm_inputs dict."""
+    return tuple(inputs[name] for name in ("x", "params", "n_heads", "n_kv_heads", "positions", "rope_base"))
