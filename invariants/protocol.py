@@ -193,6 +193,13 @@ FUNCTIONS = {
             "pre-norm encoder-decoder block: causal self-attention, cross-attention, GELU feed-forward",
             shown=("x", "memory", "n_heads"), builds_on=("layer_norm", "attention", "cross_attention", "feed_forward"),
         ),
+        ProtocolFunction(
+            "qk_norm_attention",
+            ("x", "params", "n_heads", "n_kv_heads", "positions", "rope_base"),
+            "(out (B, T, d), weights (B, H, T, T))",
+            "causal GQA with QK-norm: each head's q and k RMS-normalised over D before RoPE; params: W_q W_k W_v W_o q_norm k_norm (D,)",
+            **ATTENTION, shown=("x", "n_heads", "n_kv_heads", "positions", "rope_base"), builds_on=("rms_norm", "rope", "gqa_attention"),
+        ),
     )
 }
 

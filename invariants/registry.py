@@ -24,6 +24,7 @@ COMPONENTS = {
     "feed_forward": ("feed_forward",), "block": ("transformer_block",), "model": ("gpt_logits",),
     "moe": ("top_k_gates", "moe", "load_balancing_loss", "tokens_per_expert"), "rope": ("rope",), "gqa": ("gqa_attention",),
     "masking": ("gqa_attention",), "swiglu": ("swiglu",), "llama": ("llama_block", "llama_logits"), "decoding": ("llama_decode",),
+    "qk_norm": ("qk_norm_attention",),
     "cross_attention": ("cross_attention", "decoder_block"),
     "counts": ("gpt_param_count", "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops"),
     "course": ("build_vocab", "encode", "decode", "get_batch"), "dtypes": (),

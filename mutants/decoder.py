@@ -439,3 +439,75 @@ def cross_keys_from_stream(x, memory, params, n_heads, *, gelu_form="tanh", eps=
 @mutant(replaces="decoder_block", killed_by="cross_attention.block_agrees_with_reference", bug="the encoder's memory normalised again with ln2")
 def memory_normalised_with_ln2(x, memory, params, n_heads, *, gelu_form="tanh", eps=EPS):
     return _decoder_block(x, memory, params, n_heads, gelu_form, eps, norm_memory=True)  # BUG
+
+
+# -- attention with QK-norm --------------------------------------------------------------------------------------------
+
+
+def _qk_norm_attention(q, k, v, W_o):
+    """The rest of qk_norm_attention once q (B, H, T, D) and k, v (B, H_kv, T, D) are made: causal GQA and the output projection."""
+    heads, weights = gqa_attention(q, k, v, True, None, None)
+    return merge_heads(heads) @ W_o, weights
+
+
+def _heads(x, W, n, positions, rope_base, pairing, gain=None, eps=EPS):
+    """x·W split into n heads, RMS-normalised per head with `gain` (None: not normalised), then rotated."""
+    y = split_heads(x @ W, n)
+    return rope(y if gain is None else rms_norm(y, gain, eps), positions, rope_base, pairing=pairing)
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.relative_positions",
+        bug="QK-norm applied after RoPE: the gain then differs within a rotated pair, so the scores see absolute positions")
+def qk_norm_after_rope(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q, k = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing), _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing)
+    q, k = rms_norm(q, p["q_norm"], eps), rms_norm(k, p["k_norm"], eps)  # BUG: after the rotation
+    return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.head_rescaling_invariant",
+        bug="QK-norm over the whole projection (all heads' H·D features, the gain tiled) instead of each head's D")
+def qk_norm_over_all_heads(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = split_heads(rms_norm(x @ p["W_q"], np.tile(p["q_norm"], n_heads), eps), n_heads)  # BUG: one root mean square for all heads
+    k = split_heads(rms_norm(x @ p["W_k"], np.tile(p["k_norm"], n_kv_heads), eps), n_kv_heads)
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.agrees_with_reference", bug="the key norm's gain used for the queries (k_norm twice)")
+def k_norm_gain_for_queries(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["k_norm"], eps)  # BUG: k_norm, not q_norm
+    k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
+    return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
+
+
+@mutant(also_named_by=("qk_norm.head_rescaling_invariant",),
+        replaces="qk_norm_attention", killed_by="qk_norm.weights_bounded_below", bug="the keys not normalised (q_norm only)")
+def keys_not_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)
+    k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing)  # BUG: no k_norm
+    return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
+
+
+def _rms_norm_eps_outside(x, gain, eps=EPS):
+    return x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + eps) * gain  # BUG: eps outside the square root
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.agrees_with_reference", bug="the QK-norm's eps added outside the square root")
+def qk_norm_eps_outside_root(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = rope(_rms_norm_eps_outside(split_heads(x @ p["W_q"], n_heads), p["q_norm"], eps), positions, rope_base, pairing=pairing)
+    k = rope(_rms_norm_eps_outside(split_heads(x @ p["W_k"], n_kv_heads), p["k_norm"], eps), positions, rope_base, pairing=pairing)
+    return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.linear_in_values", bug="the values normalised too (k_norm applied to v)")
+def values_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)
+    k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
+    v = rms_norm(split_heads(x @ p["W_v"], n_kv_heads), p["k_norm"], eps)  # BUG: the values are not normalised
+    return _qk_norm_attention(q, k, v, p["W_o"])

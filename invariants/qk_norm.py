@@ -1,0 +1,280 @@
+"""Invariants of attention with QK-norm: scale invariance per head, bounded scores, values untouched, causality, GQA, RoPE, the reference.
+
+qk_norm_attention(x (B, T, d), params, n_heads, n_kv_heads, positions (T,), rope_base) is causal
+grouped-query attention whose queries and keys are RMS-normalised per head, over D, with gains
+q_norm and k_norm (D,) shared by the heads, before RoPE (Qwen3, Gemma 3; transformers'
+modeling_qwen3.Qwen3Attention). It returns out (B, T, d) and weights (B, H, T, T) (out alone
+under ATTENTION_WEIGHTS = False). OLMo 2 normalises the whole projection (H·D features, gains of
+that width) instead: another function, not this one.
+
+What the norm buys, and what holds exactly:
+- RMSNorm_eps(c·q) = RMSNorm_{eps/c²}(q) for c > 0, so scaling one head's query (or key) projection
+  by c changes nothing but that head's eps: the output is invariant up to the eps effect. The check
+  (`head_rescaling_invariant`) scales by powers of two (exact in every dtype), first lifts each head's
+  mean square above 10·eps/rtol (so the eps effect is a tenth of the dtype's rounding), and allows the
+  eps effect that remains as the float64 reference measures it.
+- A normalised head vector has norm at most √D·max|gain|, so every score q̂·k̂/√D lies within
+  ±√D·max|q_norm|·max|k_norm| = ±L whatever the weights' scale, and a query that sees n keys gives each at
+  least 1/(1 + (n - 1)·e^(2L)) (exact in real arithmetic; checked to rounding).
+- Values are not normalised: the output is linear in W_v (to rounding; the weights do not depend on it, exactly).
+- Causality is bitwise; the GQA head mapping, the RoPE shift law and the reference agreement hold to rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import reference.numpy as ref
+from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
+from invariants.conventions import declared, declared_skip, returns_weights, rms_norm_eps, rounds_in_float32
+from invariants.registry import invariant
+from invariants.rope import angle_error, assert_close_to_a_pairing, rope_pairings
+from invariants.tolerance import Tolerance, agreement_tolerance
+from strategies.core import float_arrays, integers, sampled_from
+from strategies.decoder import qk_norm_args, qk_norm_inputs
+
+ROUNDINGS = 8  # as gqa and llama; reference.torch needs 1.3 in float16, 0.6 in bfloat16, 0.04 in float32 (3,000 random calls each)
+POWERS_OF_TWO = (0.25, 0.5, 2.0, 4.0)  # scale factors exact in every dtype
+HEAD_SCALES = (2.0, 1.0, 4.0, 0.5, 0.25)  # per-head factors: every head scaled by 2 first, different factors as it searches
+
+_NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda value: value is False, "it returns no weights, which this invariant reads")
+
+
+def draw_inputs(impl, case, label="inputs", **options):
+    """qk_norm_inputs(**options) for impl: its ROPE_THETA as the only base where it declares one."""
+    if declared(impl, "ROPE_THETA") is not None:
+        options["bases"] = (declared(impl, "ROPE_THETA"),)
+    return case.draw(qk_norm_inputs(**options), label)
+
+
+def qk_norm_call(inputs, note=""):
+    """The call being checked, as a reader would type it."""
+    x, positions = inputs["x"], inputs["positions"]
+    text = (f"qk_norm_attention(x{list(x.shape)}, params, n_heads={inputs['n_heads']}, n_kv_heads={inputs['n_kv_heads']}, "
+            f"positions={positions[0]}..{positions[-1]}, rope_base={inputs['rope_base']!r})")
+    return f"{text} {note}" if note else text
+
+
+def attend(impl, inputs, call, **changes):
+    """impl.qk_norm_attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T) (None under ATTENTION_WEIGHTS = False)."""
+    __tracebackhide__ = True
+    args = {**inputs, **changes}
+    (B, T, d), H = args["x"].shape, args["n_heads"]
+    answer = impl.qk_norm_attention(*qk_norm_args(args))
+    n = len(answer) if isinstance(answer, tuple) else 1
+    if not returns_weights(impl):
+        assert_value(n, 1, "number of arrays qk_norm_attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
+        return assert_shape(answer, (B, T, d), "qk_norm_attention output", call), None
+    assert_value(n, 2, "number of arrays qk_norm_attention returned (out, weights)", call)
+    out = assert_shape(answer[0], (B, T, d), "qk_norm_attention output", call)
+    return out, assert_shape(answer[1], (B, H, T, T), "qk_norm_attention weights", call)
+
+
+def with_params(inputs, **params):
+    """inputs with some params replaced."""
+    return {**inputs, "params": {**inputs["params"], **params}}
+
+
+def heads_of(W, D):
+    """(d, n·D) -> (d, n, D): the columns of each head."""
+    return W.reshape(W.shape[0], -1, D)
+
+
+def score_bound(impl, inputs):
+    """L = √D·max|q_norm|·max|k_norm|: no score q̂·k̂/√D can exceed it in size."""
+    p = impl.as_seen(inputs["params"])
+    return float(np.sqrt(p["q_norm"].size) * np.abs(p["q_norm"]).max() * np.abs(p["k_norm"]).max())
+
+
+def output_scale(impl, inputs):
+    """The size of an output element's terms: max|v|·max_j Σ_i |W_o[i, j]| (the weights sum to 1)."""
+    x, p = impl.as_seen((inputs["x"], inputs["params"]))
+    return float(np.abs(x @ p["W_v"]).max(initial=0.0) * np.abs(p["W_o"]).sum(axis=0).max(initial=0.0))
+
+
+def tolerance(impl, inputs, base, *, max_position=None):
+    """base scaled by ROUNDINGS, plus what a float32 RoPE angle at positions up to max_position may move the scores and so the weights.
+
+    A rotation off by δ moves a score by at most 2δ·L (score_bound); the weights then move by at most twice that (in sum), so the
+    slack is 2·angle_error·L·2, on the weights' scale (1) and the output's.
+    """
+    position = int(inputs["positions"].max()) if max_position is None else max_position
+    slack = 4.0 * angle_error(impl, position) * score_bound(impl, inputs)
+    tol = base.scaled(ROUNDINGS)
+    return Tolerance(tol.rtol + slack, tol.atol + slack, tol.dtype)
+
+
+def reference_answers(impl, inputs):
+    """{pairing: the float64 reference's (out, weights)} for each pairing impl may follow, at its RMSNorm eps."""
+    seen = impl.as_seen(qk_norm_args(inputs))
+    return {p: ref.qk_norm_attention(*seen, pairing=p, eps=rms_norm_eps(impl)) for p in rope_pairings(impl)}
+
+
+def _compare(impl, inputs, got, expected, tol, what, call):
+    """out (and weights, where impl returns them) within tol (the output's at output_scale)."""
+    __tracebackhide__ = True
+    out, weights = got
+    if weights is not None:
+        assert_close(weights, expected[1], f"{what} weights", tol.at_scale(1.0), call)
+    assert_close(out, expected[0], f"{what} output", tol.at_scale(output_scale(impl, inputs)), call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the norm is not per head over D with the right gains: q_norm and k_norm swapped or one used for both, the norm over the "
+    "whole projection (OLMo 2's variant) or over d_model, eps outside the square root, the norm after RoPE, the values normalised "
+    "too, or a scale other than 1/√D",
+    applies=rounds_in_float32,
+)
+def agrees_with_reference(impl, case):
+    """qk_norm_attention's output and weights agree with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype
+    tolerance otherwise)."""
+    inputs = draw_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=4.0)
+    call = qk_norm_call(inputs)
+    out, weights = attend(impl, inputs, call)
+    answers = reference_answers(impl, inputs)
+    tol = agreement_tolerance(impl.dtype)
+    if impl.dtype != "float64":
+        tol = tolerance(impl, inputs, tol)
+    if weights is not None:
+        assert_close_to_a_pairing(impl, weights, {p: a[1] for p, a in answers.items()}, "qk_norm_attention weights", tol.at_scale(1.0), call)
+    assert_close_to_a_pairing(impl, out, {p: a[0] for p, a in answers.items()}, "qk_norm_attention output",
+                              tol.at_scale(output_scale(impl, inputs)), call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the attention is not causal (no mask, a mask built for another length or applied after the softmax), or the norm mixes "
+    "tokens (a mean square over the sequence axis instead of each head's D features)",
+)
+def causal_non_leakage(impl, case):
+    """Changing x at positions >= j leaves the output and weights of the queries at positions < j exactly equal."""
+    inputs = draw_inputs(impl, case, min_seq=2)
+    B, T, d = inputs["x"].shape
+    j = case.draw(integers(1, T - 1), "j (first changed position)")
+    changed = inputs["x"].copy()
+    changed[:, j:] = case.draw(float_arrays((B, T - j, d), min_scale=0.25, max_scale=4.0), "new x[:, j:]")
+    call = qk_norm_call(inputs, f"with x[:, {j}:] changed")
+    out, weights = attend(impl, inputs, call)
+    new_out, new_weights = attend(impl, inputs, call, x=changed)
+    if weights is not None:
+        assert_equal(new_weights[:, :, :j], weights[:, :, :j], f"weights of the queries at positions < {j}", call)
+    assert_equal(new_out[:, :j], out[:, :j], f"output at positions < {j}", call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the angle depends on more than the offset m - n: the norm is applied after RoPE (its gain then differs within a rotated "
+    "pair, so the scores see absolute positions), the positions argument is ignored for q or k, or q and k are rotated by "
+    "different rules",
+    applies=rounds_in_float32,
+)
+def relative_positions(impl, case):
+    """Shifting every position by s leaves the output and weights unchanged to rounding: the scores depend on m - n only."""
+    inputs = draw_inputs(impl, case, min_seq=2)
+    shift = case.draw(integers(1, 64), "shift s")
+    call = qk_norm_call(inputs, f"vs the same at positions + {shift}")
+    got = attend(impl, inputs, call, positions=inputs["positions"] + shift)
+    base = attend(impl, inputs, call)
+    tol = tolerance(impl, inputs, impl.tolerance, max_position=int(inputs["positions"].max()) + shift)
+    _compare(impl, inputs, got, base, tol, f"with positions shifted by {shift}:", call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="query head h does not read kv head h // (H / H_kv) (the kv heads tiled [kv0, kv1, kv0, kv1] instead of repeat-interleaved), "
+    "or the key norm reads across kv heads",
+    applies=rounds_in_float32,
+)
+def repeated_kv_heads(impl, case):
+    """qk_norm_attention equals itself with W_k's and W_v's kv heads repeated for their groups in repeat-interleave order
+    (n_kv_heads = H), to rounding."""
+    inputs = draw_inputs(impl, case, min_group=2)
+    H, H_kv, D = inputs["n_heads"], inputs["n_kv_heads"], inputs["params"]["q_norm"].size
+    group = H // H_kv
+    call = qk_norm_call(inputs, f"vs the same with W_k's and W_v's kv heads repeat-interleaved {group}× (n_kv_heads = {H})")
+    repeated = {name: np.repeat(heads_of(inputs["params"][name], D), group, axis=1).reshape(-1, H * D) for name in ("W_k", "W_v")}
+    got = attend(impl, with_params(inputs, **repeated), call, n_kv_heads=H)
+    base = attend(impl, inputs, call)
+    _compare(impl, inputs, got, base, tolerance(impl, inputs, impl.tolerance.scaled(2)), "with the kv heads repeated:", call)
+
+
+def lifted(impl, inputs):
+    """inputs with W_q and W_k times powers of two that put every head's mean square at or above 10·eps/rtol (at most 2^8)."""
+    x, p = impl.as_seen((inputs["x"], inputs["params"]))
+    D, floor = p["q_norm"].size, 10.0 * rms_norm_eps(impl) / impl.tolerance.rtol
+    lifts = {}
+    for name in ("W_q", "W_k"):
+        squares = (heads_of(x @ p[name], D) ** 2).mean(axis=-1)  # (B, T, n): each head's mean square
+        smallest = float(squares[squares > 0].min(initial=floor))
+        lifts[name] = 2.0 ** min(8, max(0, int(np.ceil(np.log2(floor / smallest) / 2))))
+    return with_params(inputs, W_q=inputs["params"]["W_q"] * lifts["W_q"], W_k=inputs["params"]["W_k"] * lifts["W_k"])
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the queries or keys are not normalised per head: the norm is missing on the keys (or the queries), taken over the whole "
+    "projection or d_model (one head's scale then changes the others)",
+    applies=rounds_in_float32,
+)
+def head_rescaling_invariant(impl, case):
+    """Multiplying each query head's columns of W_q, and each kv head's of W_k, by its own power of two leaves the output and weights
+    unchanged up to the eps effect (RMSNorm_eps(c·q) = RMSNorm_eps/c²(q)), which is kept below rounding and allowed for."""
+    inputs = lifted(impl, draw_inputs(impl, case))
+    H, H_kv, D = inputs["n_heads"], inputs["n_kv_heads"], inputs["params"]["q_norm"].size
+    q_scales = np.array(case.draw(st.lists(sampled_from(HEAD_SCALES), min_size=H, max_size=H), "query head scales"))
+    k_scales = np.array(case.draw(st.lists(sampled_from(HEAD_SCALES), min_size=H_kv, max_size=H_kv), "kv head scales"))
+    scaled = with_params(inputs, W_q=(heads_of(inputs["params"]["W_q"], D) * q_scales[:, None]).reshape(-1, H * D),
+                         W_k=(heads_of(inputs["params"]["W_k"], D) * k_scales[:, None]).reshape(-1, H_kv * D))
+    call = qk_norm_call(inputs, f"vs the same with W_q's heads times {q_scales.tolist()} and W_k's times {k_scales.tolist()}")
+    got = attend(impl, scaled, call)
+    base = attend(impl, inputs, call)
+    pairing = rope_pairings(impl)[0]
+    eps_effect = max(np.abs(a - b).max(initial=0.0) for a, b in zip(reference_answers(impl, scaled)[pairing],
+                                                                   reference_answers(impl, inputs)[pairing], strict=True))
+    tol = tolerance(impl, inputs, impl.tolerance.scaled(2))
+    tol = Tolerance(tol.rtol, tol.atol + eps_effect, tol.dtype)
+    _compare(impl, inputs, got, base, tol, "with the heads rescaled:", call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the scores are not bounded by the norm: the keys (or queries) are not normalised, the gains are applied twice, or the "
+    "norm divides by something other than the root mean square (a scaled-up projection then saturates the softmax)",
+    applies=_NO_WEIGHTS,
+)
+def weights_bounded_below(impl, case):
+    """With W_q and W_k scaled by up to 2^10, a query that sees n keys still gives each at least 1/(1 + (n - 1)·e^(2L)),
+    L = √D·max|q_norm|·max|k_norm| the bound on every score (to rounding), and the keys it does not see exactly 0."""
+    inputs = draw_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=1024.0)
+    call = qk_norm_call(inputs, f"with W_q and W_k of scale {inputs['params']['W_q'].std():.3g}")
+    _, weights = attend(impl, inputs, call)
+    T = inputs["x"].shape[1]
+    seen = np.tril(np.ones((T, T), dtype=bool))  # (T, T): query i sees keys 0..i
+    n = seen.sum(axis=-1)[:, None]  # (T, 1)
+    bound = score_bound(impl, inputs)
+    floor = 1.0 / (1.0 + (n - 1) * np.exp(2.0 * bound))  # (T, 1)
+    rounding = impl.tolerance.rtol * ROUNDINGS * (1.0 + 2.0 * bound)  # a weight's relative error: its own, and twice its score's (<= L)
+    allowed = floor * (1.0 - rounding) - impl.tolerance.atol
+    assert_where(~seen | (weights >= allowed), weights, "weight of a visible key",
+                 f">= 1/(1 + (n - 1)·e^(2L)) - rounding, L = {bound:.4g} (here at least {float(allowed.min()):.3g})", call)
+    assert_equal(np.where(seen, 0.0, weights), np.zeros_like(weights), "weights of the keys after each query", call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the values are normalised too (an RMSNorm on v makes the output blind to W_v's scale), or RoPE or a gain is applied to "
+    "them: only the queries and keys are normalised and rotated",
+)
+def linear_in_values(impl, case):
+    """Multiplying W_v by c (a power of two) multiplies the output by c, to rounding, and leaves the weights exactly unchanged."""
+    inputs = draw_inputs(impl, case)
+    c = case.draw(sampled_from(POWERS_OF_TWO), "c")
+    call = qk_norm_call(inputs, f"vs the same with W_v times {c}")
+    out, weights = attend(impl, with_params(inputs, W_v=inputs["params"]["W_v"] * c), call)
+    base_out, base_weights = attend(impl, inputs, call)
+    if weights is not None:
+        assert_equal(weights, base_weights, f"weights with W_v times {c}", call)
+    tol = impl.tolerance.scaled(2).at_scale(abs(c) * output_scale(impl, inputs))
+    assert_close(out, c * base_out.astype(np.float64), f"output with W_v times {c} (expected {c} times the output)", tol, call)
