@@ -456,6 +456,24 @@ def _heads(x, W, n, positions, rope_base, pairing, gain=None, eps=EPS):
     return rope(y if gain is None else rms_norm(y, gain, eps), positions, rope_base, pairing=pairing)
 
 
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.causal_non_leakage", bug="QK-norm attention without the causal mask")
+def qk_norm_attention_not_causal(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)
+    k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
+    heads, weights = gqa_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), False, None, None)  # BUG: causal=False
+    return merge_heads(heads) @ p["W_o"], weights
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.repeated_kv_heads", bug="the kv heads tiled [kv0, kv1, kv0, kv1] for the query heads")
+def qk_norm_kv_heads_tiled(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)
+    k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
+    tiles = (1, n_heads // n_kv_heads, 1, 1)
+    return _qk_norm_attention(q, np.tile(k, tiles), np.tile(split_heads(x @ p["W_v"], n_kv_heads), tiles), p["W_o"])  # BUG: tiled
+
+
 @mutant(replaces="qk_norm_attention", killed_by="qk_norm.relative_positions",
         bug="QK-norm applied after RoPE: the gain then differs within a rotated pair, so the scores see absolute positions")
 def qk_norm_after_rope(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
