@@ -28,32 +28,26 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import declared, declared_skip, returns_weights, rms_norm_eps, rounds_in_float32
+from invariants.protocol import describe_call
+from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
 from invariants.rope import angle_error, assert_close_to_a_pairing, rope_pairings
-from invariants.tolerance import Tolerance, agreement_tolerance
+from invariants.tolerance import ROUNDINGS, Tolerance
 from strategies.core import float_arrays, integers, sampled_from
 from strategies.decoder import qk_norm_args, qk_norm_inputs
 
-ROUNDINGS = 8  # as gqa and llama; reference.torch needs 1.3 in float16, 0.6 in bfloat16, 0.04 in float32 (3,000 random calls each)
+ROUNDING = ROUNDINGS["qk_norm_attention"]
 POWERS_OF_TWO = (0.25, 0.5, 2.0, 4.0)  # scale factors exact in every dtype
 HEAD_SCALES = (2.0, 1.0, 4.0, 0.5, 0.25)  # per-head factors: every head scaled by 2 first, different factors as it searches
 
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda value: value is False, "it returns no weights, which this invariant reads")
 
 
-def draw_inputs(impl, case, label="inputs", **options):
+def draw_qk_norm_inputs(impl, case, label="inputs", **options):
     """qk_norm_inputs(**options) for impl: its ROPE_THETA as the only base where it declares one."""
     if declared(impl, "ROPE_THETA") is not None:
         options["bases"] = (declared(impl, "ROPE_THETA"),)
     return case.draw(qk_norm_inputs(**options), label)
-
-
-def qk_norm_call(inputs, note=""):
-    """The call being checked, as a reader would type it."""
-    x, positions = inputs["x"], inputs["positions"]
-    text = (f"qk_norm_attention(x{list(x.shape)}, params, n_heads={inputs['n_heads']}, n_kv_heads={inputs['n_kv_heads']}, "
-            f"positions={positions[0]}..{positions[-1]}, rope_base={inputs['rope_base']!r})")
-    return f"{text} {note}" if note else text
 
 
 def attend(impl, inputs, call, **changes):
@@ -93,15 +87,14 @@ def output_scale(impl, inputs):
     return float(np.abs(x @ p["W_v"]).max(initial=0.0) * np.abs(p["W_o"]).sum(axis=0).max(initial=0.0))
 
 
-def tolerance(impl, inputs, base, *, max_position=None):
-    """base scaled by ROUNDINGS, plus what a float32 RoPE angle at positions up to max_position may move the scores and so the weights.
+def with_angle_slack(impl, inputs, tol, *, max_position=None):
+    """tol plus what a float32 RoPE angle at positions up to max_position may move the weights and the output (relative to their scale).
 
-    A rotation off by δ moves a score by at most 2δ·L (score_bound); the weights then move by at most twice that (in sum), so the
-    slack is 2·angle_error·L·2, on the weights' scale (1) and the output's.
+    A rotation off by δ moves a score by at most 2δ·L (score_bound); the weights then move by at most twice that in sum,
+    so the slack is 4·angle_error·L, on the weights' scale (1) and the output's.
     """
     position = int(inputs["positions"].max()) if max_position is None else max_position
     slack = 4.0 * angle_error(impl, position) * score_bound(impl, inputs)
-    tol = base.scaled(ROUNDINGS)
     return Tolerance(tol.rtol + slack, tol.atol + slack, tol.dtype)
 
 
@@ -130,13 +123,11 @@ def _compare(impl, inputs, got, expected, tol, what, call):
 def agrees_with_reference(impl, case):
     """qk_norm_attention's output and weights agree with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype
     tolerance otherwise)."""
-    inputs = draw_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=4.0)
-    call = qk_norm_call(inputs)
+    inputs = draw_qk_norm_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=4.0)
+    call = describe_call("qk_norm_attention", inputs)
     out, weights = attend(impl, inputs, call)
     answers = reference_answers(impl, inputs)
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
-        tol = tolerance(impl, inputs, tol)
+    tol = with_angle_slack(impl, inputs, reference_tolerance(impl, factor=ROUNDING))
     if weights is not None:
         assert_close_to_a_pairing(impl, weights, {p: a[1] for p, a in answers.items()}, "qk_norm_attention weights", tol.at_scale(1.0), call)
     assert_close_to_a_pairing(impl, out, {p: a[0] for p, a in answers.items()}, "qk_norm_attention output",
@@ -150,12 +141,12 @@ def agrees_with_reference(impl, case):
 )
 def causal_non_leakage(impl, case):
     """Changing x at positions >= j leaves the output and weights of the queries at positions < j exactly equal."""
-    inputs = draw_inputs(impl, case, min_seq=2)
+    inputs = draw_qk_norm_inputs(impl, case, min_seq=2)
     B, T, d = inputs["x"].shape
     j = case.draw(integers(1, T - 1), "j (first changed position)")
     changed = inputs["x"].copy()
     changed[:, j:] = case.draw(float_arrays((B, T - j, d), min_scale=0.25, max_scale=4.0), "new x[:, j:]")
-    call = qk_norm_call(inputs, f"with x[:, {j}:] changed")
+    call = describe_call("qk_norm_attention", inputs, f"with x[:, {j}:] changed")
     out, weights = attend(impl, inputs, call)
     new_out, new_weights = attend(impl, inputs, call, x=changed)
     if weights is not None:
@@ -172,12 +163,12 @@ def causal_non_leakage(impl, case):
 )
 def relative_positions(impl, case):
     """Shifting every position by s leaves the output and weights unchanged to rounding: the scores depend on m - n only."""
-    inputs = draw_inputs(impl, case, min_seq=2)
+    inputs = draw_qk_norm_inputs(impl, case, min_seq=2)
     shift = case.draw(integers(1, 64), "shift s")
-    call = qk_norm_call(inputs, f"vs the same at positions + {shift}")
+    call = describe_call("qk_norm_attention", inputs, f"vs the same at positions + {shift}")
     got = attend(impl, inputs, call, positions=inputs["positions"] + shift)
     base = attend(impl, inputs, call)
-    tol = tolerance(impl, inputs, impl.tolerance, max_position=int(inputs["positions"].max()) + shift)
+    tol = with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING), max_position=int(inputs["positions"].max()) + shift)
     _compare(impl, inputs, got, base, tol, f"with positions shifted by {shift}:", call)
 
 
@@ -190,14 +181,14 @@ def relative_positions(impl, case):
 def repeated_kv_heads(impl, case):
     """qk_norm_attention equals itself with W_k's and W_v's kv heads repeated for their groups in repeat-interleave order
     (n_kv_heads = H), to rounding."""
-    inputs = draw_inputs(impl, case, min_group=2)
+    inputs = draw_qk_norm_inputs(impl, case, min_group=2)
     H, H_kv, D = inputs["n_heads"], inputs["n_kv_heads"], inputs["params"]["q_norm"].size
     group = H // H_kv
-    call = qk_norm_call(inputs, f"vs the same with W_k's and W_v's kv heads repeat-interleaved {group}× (n_kv_heads = {H})")
+    call = describe_call("qk_norm_attention", inputs, f"vs the same with W_k's and W_v's kv heads repeat-interleaved {group}× (n_kv_heads = {H})")
     repeated = {name: np.repeat(heads_of(inputs["params"][name], D), group, axis=1).reshape(-1, H * D) for name in ("W_k", "W_v")}
     got = attend(impl, with_params(inputs, **repeated), call, n_kv_heads=H)
     base = attend(impl, inputs, call)
-    _compare(impl, inputs, got, base, tolerance(impl, inputs, impl.tolerance.scaled(2)), "with the kv heads repeated:", call)
+    _compare(impl, inputs, got, base, with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING)), "with the kv heads repeated:", call)
 
 
 def lifted(impl, inputs):
@@ -221,19 +212,19 @@ def lifted(impl, inputs):
 def head_rescaling_invariant(impl, case):
     """Multiplying each query head's columns of W_q, and each kv head's of W_k, by its own power of two leaves the output and weights
     unchanged up to the eps effect (RMSNorm_eps(c·q) = RMSNorm_eps/c²(q)), which is kept below rounding and allowed for."""
-    inputs = lifted(impl, draw_inputs(impl, case))
+    inputs = lifted(impl, draw_qk_norm_inputs(impl, case))
     H, H_kv, D = inputs["n_heads"], inputs["n_kv_heads"], inputs["params"]["q_norm"].size
     q_scales = np.array(case.draw(st.lists(sampled_from(HEAD_SCALES), min_size=H, max_size=H), "query head scales"))
     k_scales = np.array(case.draw(st.lists(sampled_from(HEAD_SCALES), min_size=H_kv, max_size=H_kv), "kv head scales"))
     scaled = with_params(inputs, W_q=(heads_of(inputs["params"]["W_q"], D) * q_scales[:, None]).reshape(-1, H * D),
                          W_k=(heads_of(inputs["params"]["W_k"], D) * k_scales[:, None]).reshape(-1, H_kv * D))
-    call = qk_norm_call(inputs, f"vs the same with W_q's heads times {q_scales.tolist()} and W_k's times {k_scales.tolist()}")
+    call = describe_call("qk_norm_attention", inputs, f"vs the same with W_q's heads times {q_scales.tolist()} and W_k's times {k_scales.tolist()}")
     got = attend(impl, scaled, call)
     base = attend(impl, inputs, call)
     pairing = rope_pairings(impl)[0]
     eps_effect = max(np.abs(a - b).max(initial=0.0) for a, b in zip(reference_answers(impl, scaled)[pairing],
                                                                    reference_answers(impl, inputs)[pairing], strict=True))
-    tol = tolerance(impl, inputs, impl.tolerance.scaled(2))
+    tol = with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING))
     tol = Tolerance(tol.rtol, tol.atol + eps_effect, tol.dtype)
     _compare(impl, inputs, got, base, tol, "with the heads rescaled:", call)
 
@@ -247,15 +238,15 @@ def head_rescaling_invariant(impl, case):
 def weights_bounded_below(impl, case):
     """With W_q and W_k scaled by up to 2^10, a query that sees n keys still gives each at least 1/(1 + (n - 1)·e^(2L)),
     L = √D·max|q_norm|·max|k_norm| the bound on every score (to rounding), and the keys it does not see exactly 0."""
-    inputs = draw_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=1024.0)
-    call = qk_norm_call(inputs, f"with W_q and W_k of scale {inputs['params']['W_q'].std():.3g}")
+    inputs = draw_qk_norm_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=1024.0)
+    call = describe_call("qk_norm_attention", inputs, f"with W_q and W_k of scale {inputs['params']['W_q'].std():.3g}")
     _, weights = attend(impl, inputs, call)
     T = inputs["x"].shape[1]
     seen = np.tril(np.ones((T, T), dtype=bool))  # (T, T): query i sees keys 0..i
     n = seen.sum(axis=-1)[:, None]  # (T, 1)
     bound = score_bound(impl, inputs)
     floor = 1.0 / (1.0 + (n - 1) * np.exp(2.0 * bound))  # (T, 1)
-    rounding = impl.tolerance.rtol * ROUNDINGS * (1.0 + 2.0 * bound)  # a weight's relative error: its own, and twice its score's (<= L)
+    rounding = impl.tolerance.rtol * ROUNDING * (1.0 + 2.0 * bound)  # a weight's relative error: its own, and twice its score's (<= L)
     allowed = floor * (1.0 - rounding) - impl.tolerance.atol
     assert_where(~seen | (weights >= allowed), weights, "weight of a visible key",
                  f">= 1/(1 + (n - 1)·e^(2L)) - rounding, L = {bound:.4g} (here at least {float(allowed.min()):.3g})", call)
@@ -269,9 +260,9 @@ def weights_bounded_below(impl, case):
 )
 def linear_in_values(impl, case):
     """Multiplying W_v by c (a power of two) multiplies the output by c, to rounding, and leaves the weights exactly unchanged."""
-    inputs = draw_inputs(impl, case)
+    inputs = draw_qk_norm_inputs(impl, case)
     c = case.draw(sampled_from(POWERS_OF_TWO), "c")
-    call = qk_norm_call(inputs, f"vs the same with W_v times {c}")
+    call = describe_call("qk_norm_attention", inputs, f"vs the same with W_v times {c}")
     out, weights = attend(impl, with_params(inputs, W_v=inputs["params"]["W_v"] * c), call)
     base_out, base_weights = attend(impl, inputs, call)
     if weights is not None:

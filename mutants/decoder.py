@@ -494,7 +494,7 @@ def qk_norm_over_all_heads(x, params, n_heads, n_kv_heads, positions, rope_base=
 
 
 @mutant(replaces="qk_norm_attention", killed_by="qk_norm.agrees_with_reference", bug="the key norm's gain used for the queries (k_norm twice)")
-def k_norm_gain_for_queries(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+def qk_norm_k_gain_for_queries(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
     p = params
     q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["k_norm"], eps)  # BUG: k_norm, not q_norm
     k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
@@ -503,7 +503,7 @@ def k_norm_gain_for_queries(x, params, n_heads, n_kv_heads, positions, rope_base
 
 @mutant(also_named_by=("qk_norm.head_rescaling_invariant",),
         replaces="qk_norm_attention", killed_by="qk_norm.weights_bounded_below", bug="the keys not normalised (q_norm only)")
-def keys_not_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+def qk_norm_keys_not_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
     p = params
     q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)
     k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing)  # BUG: no k_norm
@@ -523,7 +523,7 @@ def qk_norm_eps_outside_root(x, params, n_heads, n_kv_heads, positions, rope_bas
 
 
 @mutant(replaces="qk_norm_attention", killed_by="qk_norm.linear_in_values", bug="the values normalised too (k_norm applied to v)")
-def values_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+def qk_norm_values_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
     p = params
     q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)
     k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
