@@ -115,27 +115,6 @@ def _compare(impl, inputs, got, expected, tol, what, call):
 
 @invariant(
     requires=("qk_norm_attention",),
-    hint="the norm is not per head over D with the right gains: q_norm and k_norm swapped or one used for both, the norm over the "
-    "whole projection (OLMo 2's variant) or over d_model, eps outside the square root, the norm after RoPE, the values normalised "
-    "too, or a scale other than 1/√D",
-    applies=rounds_in_float32,
-)
-def agrees_with_reference(impl, case):
-    """qk_norm_attention's output and weights agree with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype
-    tolerance otherwise)."""
-    inputs = draw_qk_norm_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=4.0)
-    call = describe_call("qk_norm_attention", inputs)
-    out, weights = attend(impl, inputs, call)
-    answers = reference_answers(impl, inputs)
-    tol = with_angle_slack(impl, inputs, reference_tolerance(impl, factor=ROUNDING))
-    if weights is not None:
-        assert_close_to_a_pairing(impl, weights, {p: a[1] for p, a in answers.items()}, "qk_norm_attention weights", tol.at_scale(1.0), call)
-    assert_close_to_a_pairing(impl, out, {p: a[0] for p, a in answers.items()}, "qk_norm_attention output",
-                              tol.at_scale(output_scale(impl, inputs)), call)
-
-
-@invariant(
-    requires=("qk_norm_attention",),
     hint="the attention is not causal (no mask, a mask built for another length or applied after the softmax), or the norm mixes "
     "tokens (a mean square over the sequence axis instead of each head's D features)",
 )
@@ -231,6 +210,45 @@ def head_rescaling_invariant(impl, case):
 
 @invariant(
     requires=("qk_norm_attention",),
+    hint="the values are normalised too (an RMSNorm on v makes the output blind to W_v's scale), or RoPE or a gain is applied to "
+    "them: only the queries and keys are normalised and rotated",
+)
+def linear_in_values(impl, case):
+    """Multiplying W_v by c (a power of two) multiplies the output by c, to rounding, and leaves the weights exactly unchanged."""
+    inputs = draw_qk_norm_inputs(impl, case)
+    c = case.draw(sampled_from(POWERS_OF_TWO), "c")
+    call = describe_call("qk_norm_attention", inputs, f"vs the same with W_v times {c}")
+    out, weights = attend(impl, with_params(inputs, W_v=inputs["params"]["W_v"] * c), call)
+    base_out, base_weights = attend(impl, inputs, call)
+    if weights is not None:
+        assert_equal(weights, base_weights, f"weights with W_v times {c}", call)
+    tol = impl.tolerance.scaled(2).at_scale(abs(c) * output_scale(impl, inputs))
+    assert_close(out, c * base_out.astype(np.float64), f"output with W_v times {c} (expected {c} times the output)", tol, call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
+    hint="the norm is not per head over D with the right gains: q_norm and k_norm swapped or one used for both, the norm over the "
+    "whole projection (OLMo 2's variant) or over d_model, eps outside the square root, the norm after RoPE, the values normalised "
+    "too, or a scale other than 1/√D",
+    applies=rounds_in_float32,
+)
+def agrees_with_reference(impl, case):
+    """qk_norm_attention's output and weights agree with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype
+    tolerance otherwise)."""
+    inputs = draw_qk_norm_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=4.0)
+    call = describe_call("qk_norm_attention", inputs)
+    out, weights = attend(impl, inputs, call)
+    answers = reference_answers(impl, inputs)
+    tol = with_angle_slack(impl, inputs, reference_tolerance(impl, factor=ROUNDING))
+    if weights is not None:
+        assert_close_to_a_pairing(impl, weights, {p: a[1] for p, a in answers.items()}, "qk_norm_attention weights", tol.at_scale(1.0), call)
+    assert_close_to_a_pairing(impl, out, {p: a[0] for p, a in answers.items()}, "qk_norm_attention output",
+                              tol.at_scale(output_scale(impl, inputs)), call)
+
+
+@invariant(
+    requires=("qk_norm_attention",),
     hint="the scores are not bounded by the norm: the keys (or queries) are not normalised, the gains are applied twice, or the "
     "norm divides by something other than the root mean square (a scaled-up projection then saturates the softmax)",
     applies=_NO_WEIGHTS,
@@ -251,21 +269,3 @@ def weights_bounded_below(impl, case):
     assert_where(~seen | (weights >= allowed), weights, "weight of a visible key",
                  f">= 1/(1 + (n - 1)·e^(2L)) - rounding, L = {bound:.4g} (here at least {float(allowed.min()):.3g})", call)
     assert_equal(np.where(seen, 0.0, weights), np.zeros_like(weights), "weights of the keys after each query", call)
-
-
-@invariant(
-    requires=("qk_norm_attention",),
-    hint="the values are normalised too (an RMSNorm on v makes the output blind to W_v's scale), or RoPE or a gain is applied to "
-    "them: only the queries and keys are normalised and rotated",
-)
-def linear_in_values(impl, case):
-    """Multiplying W_v by c (a power of two) multiplies the output by c, to rounding, and leaves the weights exactly unchanged."""
-    inputs = draw_qk_norm_inputs(impl, case)
-    c = case.draw(sampled_from(POWERS_OF_TWO), "c")
-    call = describe_call("qk_norm_attention", inputs, f"vs the same with W_v times {c}")
-    out, weights = attend(impl, with_params(inputs, W_v=inputs["params"]["W_v"] * c), call)
-    base_out, base_weights = attend(impl, inputs, call)
-    if weights is not None:
-        assert_equal(weights, base_weights, f"weights with W_v times {c}", call)
-    tol = impl.tolerance.scaled(2).at_scale(abs(c) * output_scale(impl, inputs))
-    assert_close(out, c * base_out.astype(np.float64), f"output with W_v times {c} (expected {c} times the output)", tol, call)

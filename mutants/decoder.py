@@ -501,8 +501,8 @@ def qk_norm_k_gain_for_queries(x, params, n_heads, n_kv_heads, positions, rope_b
     return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
 
 
-@mutant(also_named_by=("qk_norm.head_rescaling_invariant",),
-        replaces="qk_norm_attention", killed_by="qk_norm.weights_bounded_below", bug="the keys not normalised (q_norm only)")
+@mutant(also_named_by=("qk_norm.weights_bounded_below",),
+        replaces="qk_norm_attention", killed_by="qk_norm.head_rescaling_invariant", bug="the keys not normalised (q_norm only)")
 def qk_norm_keys_not_normalised(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
     p = params
     q = _heads(x, p["W_q"], n_heads, positions, rope_base, pairing, p["q_norm"], eps)

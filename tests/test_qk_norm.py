@@ -111,3 +111,11 @@ def test_olmo2_whole_projection_norm_is_told_apart_from_qwen3s_per_head_norm():
     assert verdicts["head_rescaling_invariant"] == "failed" and verdicts["agrees_with_reference"] == "failed", verdicts
     for law in ("causal_non_leakage", "relative_positions", "linear_in_values"):
         assert verdicts[law] == "passed", verdicts
+
+
+def test_every_qk_norm_law_names_a_mutant_it_kills():
+    """Each law has a mutant of QK-norm attention whose bug its hint names (tests/test_mutants.py runs them at ci)."""
+    from mutants import all_mutants
+
+    named = {name for m in all_mutants() if m.replaces == "qk_norm_attention" for name in m.named_by}
+    assert set(QK_NORM) <= named, sorted(set(QK_NORM) - named)
