@@ -11,7 +11,7 @@ What the norm buys, and what holds exactly:
 - RMSNorm_eps(c·q) = RMSNorm_{eps/c²}(q) for c > 0, so scaling one head's query (or key) projection
   by c changes nothing but that head's eps: the output is invariant up to the eps effect. The check
   (`head_rescaling_invariant`) scales by powers of two (exact in every dtype), first lifts each head's
-  mean square above 10·eps/rtol (so the eps effect is at most rtol/20), and allows the
+  mean square towards 10·eps/rtol (so the eps effect is at most rtol/20), and allows the
   eps effect that remains as the float64 reference measures it.
 - A normalised head vector has norm at most √D·max|gain|, so every score q̂·k̂/√D lies within
   ±√D·max|q_norm|·max|k_norm| = ±L whatever the weights' scale, and a query that sees n keys gives each at
@@ -170,15 +170,23 @@ def repeated_kv_heads(impl, case):
     _compare(impl, inputs, got, base, with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING)), "with the kv heads repeated:", call)
 
 
+def largest_value(impl):
+    """The largest finite value of impl's dtype (bfloat16 has float32's range)."""
+    return float(np.finfo("float32" if impl.dtype == "bfloat16" else impl.dtype).max)
+
+
 def lifted(impl, inputs):
-    """inputs with W_q and W_k times powers of two that put every head's mean square at or above 10·eps/rtol (at most 2^8)."""
+    """inputs with W_q and W_k times powers of two (at most 2^8) that put every head's mean square at or above 10·eps/rtol, as far as
+    the squares of the largest, HEAD_SCALES included, stay 16 times below the dtype's largest value (float16: 65,504)."""
     x, p = impl.as_seen((inputs["x"], inputs["params"]))
     D, floor = p["q_norm"].size, 10.0 * rms_norm_eps(impl) / impl.tolerance.rtol
     lifts = {}
     for name in ("W_q", "W_k"):
         squares = (heads_of(x @ p[name], D) ** 2).mean(axis=-1)  # (B, T, n): each head's mean square
-        smallest = float(squares[squares > 0].min(initial=floor))
-        lifts[name] = 2.0 ** min(8, max(0, int(np.ceil(np.log2(floor / smallest) / 2))))
+        smallest, largest = float(squares[squares > 0].min(initial=floor)), float(squares.max(initial=floor))
+        wanted = np.ceil(np.log2(floor / smallest) / 2)
+        room = np.floor(np.log2(largest_value(impl) / (16.0 * D * largest * max(HEAD_SCALES) ** 2)) / 2)  # D·ms bounds every square
+        lifts[name] = 2.0 ** max(0, int(min(wanted, room, 8)))
     return with_params(inputs, W_q=inputs["params"]["W_q"] * lifts["W_q"], W_k=inputs["params"]["W_k"] * lifts["W_k"])
 
 
@@ -252,14 +260,15 @@ def agrees_with_reference(impl, case):
 @invariant(
     requires=("qk_norm_attention",),
     hint="the scores are not bounded by the norm: the keys (or queries) are not normalised, the gains are applied twice, or the "
-    "norm divides by something other than the root mean square (a scaled-up projection then saturates the softmax); in float16, "
-    "a mean square that overflows (compute the norm in float32)",
+    "norm divides by something other than the root mean square (a scaled-up projection then saturates the softmax)",
     applies=_NO_WEIGHTS,
 )
 def weights_bounded_below(impl, case):
-    """With W_q and W_k scaled by up to 2^10, a query that sees n keys still gives each at least 1/(1 + (n - 1)·e^(2L)),
-    L = √D·max|q_norm|·max|k_norm| the bound on every score (to rounding), and the keys it does not see exactly 0."""
-    inputs = draw_qk_norm_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=1024.0)
+    """With W_q and W_k scaled by up to 2^10 (float16: 2^3, whose projections' squares must not overflow), a query that sees n keys
+    still gives each at least 1/(1 + (n - 1)·e^(2L)), L = √D·max|q_norm|·max|k_norm| the bound on every score (to rounding), and
+    the keys it does not see exactly 0."""
+    scale = min(2.0**10, 2.0 ** np.floor(np.log2(np.sqrt(largest_value(impl)) / 32.0)))  # float16: √65,504 / 32 -> 2^3
+    inputs = draw_qk_norm_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=float(scale))
     call = describe_call("qk_norm_attention", inputs, f"with W_q and W_k of scale {inputs['params']['W_q'].std():.3g}")
     _, weights = attend(impl, inputs, call)
     T = inputs["x"].shape[1]
