@@ -41,3 +41,17 @@ def profile_settings(name):
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"profile {name!r} is not one of {', '.join(PROFILE_NAMES)}") from None
+
+
+def sharing(name, database):
+    """Profile `name`'s settings with the shared example `database`: dev reads and writes it, ci only replays it, thorough leaves it out.
+
+    ci replays the database's failures before its own examples and writes nothing (invariants.runner), so its
+    examples stay the same every run; thorough's fresh search writes nothing either.
+    """
+    from hypothesis.database import ReadOnlyDatabase
+
+    chosen = profile_settings(name)
+    if chosen.database is None and not chosen.derandomize:  # thorough: fresh randomness, nothing written
+        return chosen
+    return settings(chosen, database=ReadOnlyDatabase(database) if chosen.derandomize else database)
