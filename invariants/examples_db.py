@@ -14,6 +14,7 @@ is worth replaying on cuda.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
@@ -32,6 +33,7 @@ class ExamplesDatabaseError(ValueError):
     """--examples-db names a database this machine cannot open; the message says why and what to do."""
 
 
+@functools.cache  # one per address and process: HypoFuzz checks that every test's database equals the default one, session after session
 def open_database(address):
     """The example database at `address`: a redis:// (rediss://, unix://) URL, or a folder; ExamplesDatabaseError if it cannot be reached."""
     if not address.startswith(REDIS_SCHEMES):

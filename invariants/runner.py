@@ -20,6 +20,7 @@ from hypothesis import Phase, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from hypothesis.database import MultiplexedDatabase
 from hypothesis.errors import Flaky, HypothesisException
 
 from invariants import hypothesis_internals as internals
@@ -277,9 +278,12 @@ def _shrunk_by_hypothesis(search, settings, choices, exc):
     Unseeded: hypothesis's @seed turns its example database off, and the replay comes from that database.
     """
     failing_case = search.case
-    key = b"transformer-invariants direct draw " + search.inv.name.encode()
+    key = example_key(search.inv.name, search.impl)
     phases = (Phase.reuse, Phase.shrink) if Phase.shrink in settings.phases else (Phase.reuse,)  # the caller's choice to shrink or not
-    replay = hypothesis_settings(settings, database=internals.database_of(key, choices), phases=phases)
+    database = internals.database_of(key, choices)
+    if settings.database is not None:  # and the shrunk failure lands where later runs replay it (dev's shared database)
+        database = MultiplexedDatabase(database, settings.database)
+    replay = hypothesis_settings(settings, database=database, phases=phases)
     outcome = _outcome_of(search, _hypothesis_test(search, replay, None, database_key=key))
     if not outcome.passed:
         return outcome
