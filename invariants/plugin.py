@@ -9,7 +9,7 @@ Options (each also an environment variable; the command line wins):
     --repro-dir DIR         TI_REPRO_DIR a runnable repro_<invariant>.py per failure (default: none)
     --invariants-json PATH  TI_JSON      one JSON record of the run, for `python -m htmlreport suite` (default: none)
     --examples-db ADDRESS   TI_EXAMPLES_DB  a shared example database, redis://host:port/db or a folder (default: none;
-                                         invariants.examples_db): dev reads and writes it, ci replays its failures first
+                                         invariants.examples_db): dev and thorough read and write it, ci replays its failures first
 
 A guest in other projects' runs (registered through the `pytest11` entry point): it imports
 nothing heavy, loads no hypothesis profile and prints nothing unless the invariants run. Its
@@ -36,8 +36,8 @@ OPTIONS = (  # (flag, environment variable, default, help)
     ("--repro-dir", "TI_REPRO_DIR", None, "write a runnable repro_<invariant>.py (plain python, no hypothesis) for each failure into this folder"),
     ("--invariants-json", "TI_JSON", None, "write the run's record (one entry per invariant) to this JSON file at the end; "
      "{impl}, {backend}, {device} and {dtype} in the path are filled in"),
-    ("--examples-db", "TI_EXAMPLES_DB", None, "a shared example database: redis://host:port/db or a folder; dev reads and writes it, "
-     "ci replays its failures before its own examples, the fuzz targets (invariants/fuzz.py) write theirs there"),
+    ("--examples-db", "TI_EXAMPLES_DB", None, "a shared example database: redis://host:port/db or a folder; dev and thorough read and "
+     "write it, ci replays its failures before its own examples, the fuzz targets (invariants/fuzz.py) write theirs there"),
 )
 
 

@@ -44,14 +44,13 @@ def profile_settings(name):
 
 
 def sharing(name, database):
-    """Profile `name`'s settings with the shared example `database`: dev reads and writes it, ci only replays it, thorough leaves it out.
+    """Profile `name`'s settings with the shared example `database`: dev and thorough read and write it, ci only replays it.
 
-    ci replays the database's failures before its own examples and writes nothing (invariants.runner), so its
-    examples stay the same every run; thorough's fresh search writes nothing either.
+    ci replays the database's failures before its own examples and writes nothing (invariants.runner), so
+    its examples stay the same every run; thorough soaks on many machines write what they find there
+    (docs/power.md, "The soak beyond one machine").
     """
     from hypothesis.database import ReadOnlyDatabase
 
     chosen = profile_settings(name)
-    if chosen.database is None and not chosen.derandomize:  # thorough: fresh randomness, nothing written
-        return chosen
     return settings(chosen, database=ReadOnlyDatabase(database) if chosen.derandomize else database)

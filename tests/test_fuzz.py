@@ -71,14 +71,15 @@ def test_a_bad_examples_db_address_is_one_clear_error(tmp_path):
     assert run.returncode == 4 and f"--examples-db='unix://{tmp_path}/nothing.sock' cannot be opened: no Redis server" in run.stderr
 
 
-def test_ci_replays_the_database_read_only_and_dev_writes_it(tmp_path):
+@pytest.mark.parametrize("writer", ["dev", "thorough"])
+def test_ci_replays_the_database_read_only_and_dev_and_thorough_write_it(writer, tmp_path):
     db = DirectoryBasedExampleDatabase(tmp_path)
     inv, mutant = REGISTRY["norms.layer_norm_row_statistics"], REACH["reach.layer_norm_tile_4x11"].implementation()
     ci = sharing("ci", db)
-    assert isinstance(ci.database, ReadOnlyDatabase) and ci.derandomize and sharing("thorough", db).database is None
+    assert isinstance(ci.database, ReadOnlyDatabase) and ci.derandomize and sharing("thorough", db).database is db
     assert run_invariant(inv, mutant, settings=ci).passed  # nothing stored: ci's own 60 examples, which miss the (4, 11) tile
-    dev = settings(sharing("dev", db), max_examples=3_000)
-    assert dev.database is db and run_invariant(inv, mutant, settings=dev).status == "failed"
+    search = settings(sharing(writer, db), max_examples=3_000)  # the engine, or a direct draw past its first 100, finds it
+    assert search.database is db and run_invariant(inv, mutant, settings=search).status == "failed"
     before = sorted(p.name for p in tmp_path.rglob("*"))
     replayed = run_invariant(inv, mutant, settings=ci)
     assert replayed.status == "failed" and replayed.examples_to_failure == 1 and "x: float64 (4, 11)" in replayed.report
@@ -140,3 +141,43 @@ def test_a_failure_two_fuzz_workers_find_is_replayed_shrunk_by_every_ci_run_shar
         assert "FAILED invariants/test_invariants.py::test_invariant[norms." in failing.stdout
         correct = _ci(url, "reference.numpy")
         assert correct.returncode == 0, correct.stdout[-3000:]
+
+
+TILE_SUBMISSION = '''"""A student's layer_norm with the (4, 11) tile bug of mutants.reach: ci's examples miss it."""
+import numpy as np
+
+BACKEND = "numpy"
+
+
+def layer_norm(x, gain, bias, eps):
+    centred = x - x.mean(axis=-1, keepdims=True)
+    width = x.shape[-1] - 1 if x.shape[-2:] == (4, 11) else x.shape[-1]
+    return centred / np.sqrt((centred**2).sum(axis=-1, keepdims=True) / width + eps) * gain + bias
+'''
+GATE_ASSIGNMENT = '[assignment]\nbackend = "numpy"\n[examples]\nprofile = "ci"\n[[invariants]]\nselect = ["norms.layer_norm_row_statistics"]\n'
+
+
+def test_the_gate_keeps_its_own_seed_and_never_reads_a_database_a_student_s_run_writes(tmp_path, monkeypatch):
+    from gate.config import load_assignment
+    from gate.grade import grade
+    from gate.result import PASSED
+
+    submission, folder = tmp_path / "student.py", tmp_path / "examples"
+    submission.write_text(TILE_SUBMISSION)
+    (tmp_path / "assignment.toml").write_text(GATE_ASSIGNMENT)
+    inv, student = REGISTRY["norms.layer_norm_row_statistics"], load_implementation(str(submission))
+    database = DirectoryBasedExampleDatabase(folder)
+    assert run_invariant(inv, student, settings=settings(sharing("dev", database), max_examples=3_000)).status == "failed"
+    assert run_invariant(inv, student, settings=sharing("ci", database)).status == "failed"  # the student's ci run replays it
+    written = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    monkeypatch.setenv("TI_EXAMPLES_DB", str(folder))  # as a student's shell would have it, and hypothesis's own default too
+    settings.register_profile("student-run", settings(database=database))
+    previous = settings.get_current_profile_name()
+    settings.load_profile("student-run")
+    try:
+        graded = [grade(submission, load_assignment(tmp_path / "assignment.toml"), secret="course") for _ in range(2)]
+    finally:
+        settings.load_profile(previous)
+    assert [g.verdict for g in graded] == [PASSED, PASSED]  # its own examples, which miss the tile: no replay of the student's
+    assert graded[0].seed == graded[1].seed and graded[0].seed["mode"] == "secret"
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == written  # and nothing written there
