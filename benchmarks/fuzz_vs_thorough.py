@@ -1,6 +1,7 @@
 """Hidden-reach bugs found per CPU minute: HypoFuzz with 2 workers against the thorough profile at -n 2 (docs/power.md).
 
-    python benchmarks/fuzz_vs_thorough.py --minutes 4 --documented-minutes 2
+    python benchmarks/fuzz_vs_thorough.py --minutes 4 --documented-minutes 2    # the whole suite
+    python benchmarks/fuzz_vs_thorough.py --only reach --minutes 2 --component-only   # each mutant's component alone (-k)
 
 Each mutant below runs under each method in turn, in one run on the same cores, on the whole suite, until
 its first failure or the time cap: `pytest --pyargs invariants -n 2 -x --invariants-profile thorough` (its first
@@ -75,14 +76,14 @@ def _failed(log):
     return re.findall(r"FAILED invariants/test_invariants.py::test_invariant\[([^\]]+)\]", log.read_text())
 
 
-def measure(name, method, cap_seconds):
+def measure(name, method, cap_seconds, *, select=None):
     """(the invariants that failed, cpu seconds, wall seconds) of `method` ("hypofuzz" or "thorough") on mutant `name`, capped at `cap_seconds`."""
     from invariants import all_invariants, load_implementation
     from invariants.examples_db import example_key, open_database
 
     mutant = MUTANTS[name]
     target = f"{Path(__file__).resolve()}:{_attribute(name)}"
-    common = ["-p", "no:cacheprovider", "--impl", target, "--impl-dtype", mutant.dtype]
+    common = ["-p", "no:cacheprovider", "--impl", target, "--impl-dtype", mutant.dtype, *(["-k", select] if select else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     folder = tempfile.mkdtemp(prefix="fuzz-vs-thorough-")
     if method == "hypofuzz":
@@ -115,17 +116,22 @@ def measure(name, method, cap_seconds):
 
 
 def main(argv=None):
+    from invariants import REGISTRY, all_invariants
+
+    all_invariants()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=4.0, help="the cap for each run on a mutant the strategies can reach")
     parser.add_argument("--documented-minutes", type=float, default=2.0, help="the cap for each run on a documented survivor")
     parser.add_argument("--only", default="", help="run only the mutants whose name contains this text")
+    parser.add_argument("--component-only", action="store_true", help="both methods on the invariants of the mutant's component only (-k)")
     args = parser.parse_args(argv)
     totals = {"hypofuzz": [0, 0.0], "thorough": [0, 0.0]}
     print("| mutant | method | found by | CPU s | wall s |\n| --- | --- | --- | --- | --- |", flush=True)
     for name in (n for n in MUTANTS if args.only in n):
         cap = 60 * (args.documented_minutes if name.startswith("documented.") else args.minutes)
         for method in ("hypofuzz", "thorough"):
-            found, cpu, wall = measure(name, method, cap)
+            select = REGISTRY[MUTANTS[name].killed_by].component if args.component_only else None
+            found, cpu, wall = measure(name, method, cap, select=select)
             totals[method][0] += bool(found)
             totals[method][1] += cpu
             print(f"| {name} | {method} | {', '.join(found) or 'no'} | {cpu:.0f} | {wall:.0f} |", flush=True)
