@@ -64,6 +64,10 @@ try:
     # One NaN object per float draw, as ConjectureData makes it (6.100 or older).
     from hypothesis.internal.floats import float_to_int, int_to_float
 
+    # A test function's example-database key, a digest of its source, signature and DIGEST (6.100 or older): how hypothesis's
+    # pytest plugin and HypoFuzz key a parametrized @given test (invariants.examples_db.FuzzTargetKeys renames those keys).
+    from hypothesis.internal.reflection import function_digest
+
     # Drawn without their printer records: a builds's target, args and kwargs (6.100 or older).
     from hypothesis.strategies._internal.core import BuildsStrategy
 
@@ -102,6 +106,15 @@ def draw_of(data):
 def set_database_key(test, key, *, digest=False):
     """Store `test`'s examples under `key`: mixed into its own key (`digest`, for a function shared by many tests) or as it."""
     setattr(test, DIGEST if digest else DATABASE_KEY, key)
+
+
+def pytest_item_key(item):
+    """The example-database key of a @given test's pytest item, as hypothesis's pytest plugin and HypoFuzz give it: digest and node id."""
+    if not AVAILABLE:
+        raise RuntimeError(f"keying a fuzz target needs a hypothesis internal this release lacks: {MISSING}")
+    inner = item.obj.hypothesis.inner_test
+    set_database_key(inner, item.nodeid.encode(), digest=True)
+    return function_digest(inner)
 
 
 def database_of(key, choices):

@@ -8,6 +8,8 @@ Options (each also an environment variable; the command line wins):
     --invariants-profile    TI_PROFILE   dev | ci | thorough (default dev; invariants.profiles)
     --repro-dir DIR         TI_REPRO_DIR a runnable repro_<invariant>.py per failure (default: none)
     --invariants-json PATH  TI_JSON      one JSON record of the run, for `python -m htmlreport suite` (default: none)
+    --examples-db ADDRESS   TI_EXAMPLES_DB  a shared example database, redis://host:port/db or a folder (default: none;
+                                         invariants.examples_db): dev and thorough read and write it, ci replays its failures first
 
 A guest in other projects' runs (registered through the `pytest11` entry point): it imports
 nothing heavy, loads no hypothesis profile and prints nothing unless the invariants run. Its
@@ -34,6 +36,8 @@ OPTIONS = (  # (flag, environment variable, default, help)
     ("--repro-dir", "TI_REPRO_DIR", None, "write a runnable repro_<invariant>.py (plain python, no hypothesis) for each failure into this folder"),
     ("--invariants-json", "TI_JSON", None, "write the run's record (one entry per invariant) to this JSON file at the end; "
      "{impl}, {backend}, {device} and {dtype} in the path are filled in"),
+    ("--examples-db", "TI_EXAMPLES_DB", None, "a shared example database: redis://host:port/db or a folder; dev and thorough read and "
+     "write it, ci replays its failures before its own examples, the fuzz targets (invariants/fuzz.py) write theirs there"),
 )
 
 
@@ -75,6 +79,8 @@ def pytest_configure(config):
         return
     if selection(config).backend == "torch" and hasattr(config, "workerinput"):
         _share_the_cores(config.workerinput)
+    if fuzzing(config):
+        _load_fuzz_profile(config)
     path = _option(config, "--invariants-json")
     if path and not hasattr(config, "workerinput"):  # under xdist the controller alone writes, from the workers' reports
         config.pluginmanager.register(_JsonRecord(config, path), "invariants-json")
@@ -90,6 +96,54 @@ def _share_the_cores(workerinput):
     import torch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workerinput.get("workercount", 1))))
+
+
+def fuzzing(config):
+    """Whether this run collects the fuzz targets, invariants/fuzz.py (HypoFuzz's collection, or pytest given that module)."""
+    for arg in config.args:
+        target = str(arg).split("::")[0]
+        if config.getoption("pyargs") and target == f"{PACKAGE.name}.fuzz":
+            return True
+        if (config.invocation_params.dir / target).resolve() == PACKAGE / "fuzz.py":
+            return True
+    return False
+
+
+_FUZZ_KEYS = pytest.StashKey()
+
+
+def _load_fuzz_profile(config):
+    """Make hypothesis's default database the shared one seen through FuzzTargetKeys: HypoFuzz fuzzes only tests on the default database.
+
+    A profile loaded for the whole process, which is why the fuzz targets live in a module only a fuzz run collects.
+    """
+    from hypothesis import settings
+
+    from invariants.examples_db import FuzzTargetKeys
+    from invariants.profiles import profile_settings
+
+    keys = config.stash[_FUZZ_KEYS] = FuzzTargetKeys(selection(config).database or settings.get_profile("default").database)
+    settings.register_profile("transformer-invariants-fuzz", settings(profile_settings("dev"), database=keys))
+    settings.load_profile("transformer-invariants-fuzz")
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a fuzz run: skip each fuzz target that does not apply to the implementation, and file the others' examples under their invariant's key."""
+    if _FUZZ_KEYS not in config.stash:
+        return
+    from invariants.examples_db import example_key
+    from invariants.hypothesis_internals import pytest_item_key
+
+    impl = selection(config).impl
+    for item in items:
+        inv = getattr(item, "callspec", None) and item.callspec.params.get("inv")
+        if item.module.__name__ != f"{PACKAGE.name}.fuzz" or inv is None:
+            continue
+        reason = inv.skip_reason(impl)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=str(reason)))
+        else:
+            config.stash[_FUZZ_KEYS].alias(pytest_item_key(item), example_key(inv.name, impl))
 
 
 DEVICES = re.compile(r"cpu|cuda(:\d+)?")  # what --impl-device takes
@@ -124,7 +178,8 @@ class _Selection:
     """
 
     def __init__(self, config):
-        from invariants.profiles import PROFILE_NAMES, profile_settings
+        from invariants.examples_db import ExamplesDatabaseError, open_database
+        from invariants.profiles import PROFILE_NAMES, profile_settings, sharing
         from invariants.protocol import BACKENDS, DTYPES, Implementation, ImplementationLoadError, load_target
 
         self.target = _option(config, "--impl")
@@ -151,7 +206,12 @@ class _Selection:
             self.impl = Implementation(namespace, label=self.target, backend=self.backend, device=self.device, dtype=self.dtype)
         except ImplementationLoadError as exc:
             _refuse(config, "--impl", self.target, f"cannot be loaded: {exc}")
-        self.settings = profile_settings(self.profile)
+        address = _option(config, "--examples-db")
+        try:
+            self.database = open_database(address) if address else None  # the shared example database, if any
+        except ExamplesDatabaseError as exc:
+            _refuse(config, "--examples-db", address, f"cannot be opened: {exc}")
+        self.settings = sharing(self.profile, self.database) if self.database is not None else profile_settings(self.profile)
         self.skip_reason = _cuda_missing(self.device)
 
     def describe(self):
@@ -176,6 +236,8 @@ def pytest_report_header(config):
     chosen = selection(config)
     lines = [f"transformer-invariants: protocol v{PROTOCOL_VERSION}, implementation {chosen.describe()}, "
              f"invariants profile {chosen.profile}"]
+    if chosen.database is not None:
+        lines.append(f"transformer-invariants: shared example database {chosen.database!r}")
     if chosen.skip_reason:
         lines.append(f"WARNING: {chosen.skip_reason}; every invariant will be SKIPPED")
     return lines

@@ -41,3 +41,16 @@ def profile_settings(name):
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"profile {name!r} is not one of {', '.join(PROFILE_NAMES)}") from None
+
+
+def sharing(name, database):
+    """Profile `name`'s settings with the shared example `database`: dev and thorough read and write it, ci only replays it.
+
+    ci replays the database's failures before its own examples and writes nothing (invariants.runner), so
+    its examples stay the same every run; thorough soaks on many machines write what they find there
+    (docs/power.md, "The soak beyond one machine").
+    """
+    from hypothesis.database import ReadOnlyDatabase
+
+    chosen = profile_settings(name)
+    return settings(chosen, database=ReadOnlyDatabase(database) if chosen.derandomize else database)

@@ -20,16 +20,18 @@ from hypothesis import Phase, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from hypothesis.database import MultiplexedDatabase
 from hypothesis.errors import Flaky, HypothesisException
 
 from invariants import hypothesis_internals as internals
 from invariants.asserts import InvariantViolation
 from invariants.conventions import Declared
+from invariants.examples_db import example_key
 from invariants.protocol import ImplementationError, OutputError, TransportLost
 
 MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
 STATUSES = ("passed", "skipped", "failed", "error")  # failed: a wrong answer; error: the implementation could not be evaluated
-_IMPLEMENTATION_FAILURES = (InvariantViolation, ImplementationError, OutputError)
+IMPLEMENTATION_FAILURES = (InvariantViolation, ImplementationError, OutputError)
 
 
 class InvariantSkipped(unittest.SkipTest):
@@ -140,7 +142,7 @@ class _Search:
         self.impl.calls = self.case.calls  # recorded per example: a failing one's calls become its repro
         try:
             self.inv(self.impl, self.case)
-        except _IMPLEMENTATION_FAILURES as exc:
+        except IMPLEMENTATION_FAILURES as exc:
             self.first_failure = self.first_failure or (self.examples, time.perf_counter() - self.start)
             self.latest_failure = (exc, self.case)
             raise
@@ -204,22 +206,33 @@ def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, eng
     direct = 0
     if engine_examples is not None and chosen.max_examples > engine_examples and internals.AVAILABLE:
         direct = chosen.max_examples - engine_examples
+    if chosen.derandomize and Phase.reuse in chosen.phases and _has_examples(chosen.database, example_key(inv.name, impl)):
+        # The database's failures first (the shared one: invariants.examples_db), then the same examples as every run.
+        replay = hypothesis_settings(chosen, phases=[phase for phase in (Phase.reuse, Phase.shrink) if phase in chosen.phases])
+        replayed = _outcome_of(search, _hypothesis_test(search, replay, seed))
+        if not replayed.passed:
+            return replayed
+        chosen = hypothesis_settings(chosen, database=None)
     outcome = _outcome_of(search, _hypothesis_test(search, hypothesis_settings(chosen, max_examples=chosen.max_examples - direct), seed))
     if direct and outcome.passed and search.examples >= engine_examples:  # fewer: hypothesis ran out of distinct inputs
         return _draw_directly(search, direct, chosen, seed)
     return outcome
 
 
+def _has_examples(database, key):
+    """Whether `database` (or None) holds examples for hypothesis to replay under `key`: failures, shrunk or not yet."""
+    return database is not None and any(next(iter(database.fetch(k)), None) is not None for k in (key, key + internals.SECONDARY))
+
+
 def _hypothesis_test(search, settings, seed, database_key=None):
-    """The hypothesis test running `search` under `settings`, its examples stored under `database_key` if given."""
+    """The hypothesis test running `search` under `settings`, its examples stored under `database_key` (default: invariants.examples_db's)."""
 
     def body(data):
         search.body(internals.draw_of(data))
 
-    internals.set_database_key(body, search.inv.name.encode(), digest=True)  # one example-database key per invariant
+    internals.set_database_key(body, search.inv.name.encode(), digest=True)  # the derandomized examples: one seed per invariant
     test = given(st.data())(body)
-    if database_key is not None:
-        internals.set_database_key(test, database_key)
+    internals.set_database_key(test, database_key or example_key(search.inv.name, search.impl))
     test = hypothesis_settings(settings, report_multiple_bugs=False)(test)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
@@ -265,9 +278,12 @@ def _shrunk_by_hypothesis(search, settings, choices, exc):
     Unseeded: hypothesis's @seed turns its example database off, and the replay comes from that database.
     """
     failing_case = search.case
-    key = b"transformer-invariants direct draw " + search.inv.name.encode()
+    key = example_key(search.inv.name, search.impl)
     phases = (Phase.reuse, Phase.shrink) if Phase.shrink in settings.phases else (Phase.reuse,)  # the caller's choice to shrink or not
-    replay = hypothesis_settings(settings, database=internals.database_of(key, choices), phases=phases)
+    database = internals.database_of(key, choices)
+    if settings.database is not None:  # and the shrunk failure lands where later runs replay it (dev's shared database)
+        database = MultiplexedDatabase(database, settings.database)
+    replay = hypothesis_settings(settings, database=database, phases=phases)
     outcome = _outcome_of(search, _hypothesis_test(search, replay, None, database_key=key))
     if not outcome.passed:
         return outcome
@@ -295,7 +311,7 @@ def _ended_by(search, exc):
         raise exc
     except InvariantSkipped:
         return search.outcome("skipped", str(exc), declared=isinstance(exc.args[0] if exc.args else "", Declared))
-    except _IMPLEMENTATION_FAILURES:
+    except IMPLEMENTATION_FAILURES:
         return search.failure(exc, search.latest_failure[1] if search.latest_failure else search.case, _replay_notes(exc))
     except TransportLost as lost:
         if lost.out_of_time and search.latest_failure is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import random
+from types import SimpleNamespace
 
 import hypothesis
 import pytest
@@ -171,6 +172,21 @@ def test_a_digest_gives_one_function_a_database_key_per_test():
             settings(database=database, max_examples=50)(given(st.integers(0, 10))(test))()
         keys.append(database.keys)
     assert keys[0] and keys[1] and keys[0].isdisjoint(keys[1]), _changed(internals.DIGEST, "one database key for two digests")
+
+
+def test_a_pytest_item_s_key_is_the_one_its_failures_are_saved_under():
+    database = _Keys()
+
+    @settings(database=database, max_examples=50)
+    @given(st.integers(0, 10))
+    def test(n):
+        assert n < 5
+
+    keys = {internals.pytest_item_key(SimpleNamespace(obj=test, nodeid=f"x.py::test[{p}]")) for p in "ab"}  # the last one set stays
+    with pytest.raises(AssertionError):
+        test()
+    assert len(keys) == 2 and internals.pytest_item_key(SimpleNamespace(obj=test, nodeid="x.py::test[b]")) in database.keys, _changed(
+        "function_digest", "a pytest item's failures are saved under another key than the one HypoFuzz computes")
 
 
 def test_st_data_s_object_holds_the_conjecture_data_it_draws_from():
