@@ -3,8 +3,9 @@
     pytest --pyargs invariants --impl adapters.torchtune_llama3 --impl-dtype float32
 
 Its conventions, stated: RoPE pairs (2i, 2i + 1) (Meta's layout: ROPE_PAIRING = "interleaved");
-RMSNorm and RoPE compute in float32 (x.float()), and the logits come back as float32
-(COMPUTE_DTYPE = "float32"); no sliding window (SLIDING_WINDOW = False). Its KVCache is allocated
+RMSNorm and RoPE compute in float32 (x.float()) (COMPUTE_DTYPE = "float32"); its logits come back
+in float32 whatever the weights' dtype (output(h).float(), for the loss), and are cast back to the
+params' dtype here, as the protocol asks; no sliding window (SLIDING_WINDOW = False). Its KVCache is allocated
 for the whole sequence and written by its own index (slot p holds position p); the caller gives the
 positions and a (B, n, slots) mask, as torchtune's generate does. Its attention core runs on the
 suite's q, k and v through the toolkit (no weights, causal only, no padding mask).
@@ -36,9 +37,9 @@ def _llama3(vocab=1, n_layers=1, n_heads=1, n_kv_heads=1, d_model=2, max_len=1, 
 rope = tk.rope(lambda x, at, base: RotaryPositionalEmbeddings(x.shape[-1], int(at.max()) + 1, base).to(x.device)(x, input_pos=at[None]))
 swiglu = tk.swiglu(_llama3, MLP, part="layers.0.mlp")
 llama_block = tk.llama_block(_llama3, BLOCK, part="layers.0")
-llama_logits = tk.llama_logits(_llama3, MODEL)
+llama_logits = tk.llama_logits(_llama3, MODEL, lambda model, ids: model(ids).to(model.norm.scale.dtype))
 # decoding as torchtune's generate does: the positions, and a (1, n, slots) mask over its cache's slots, True where a key may be seen
-llama_decode = tk.llama_decode(_llama3, MODEL, lambda model, ids, at, visible: model(ids, mask=visible[None], input_pos=at[None]),
+llama_decode = tk.llama_decode(_llama3, MODEL, lambda m, ids, at, visible: m(ids, mask=visible[None], input_pos=at[None]).to(m.norm.scale.dtype),
                                keys=lambda model: [layer.attn.kv_cache.k_cache for layer in model.layers], slots="whole")  # (B, H_kv, S, D)
 gqa_attention = tk.gqa_attention(_llama3, lambda attn, x, at, visible: attn(x, x, mask=visible[None], input_pos=at[None]),
                                  q="q_proj", k="k_proj", v="v_proj", out="output_proj", identity=("pos_embeddings",), part="layers.0.attn")
