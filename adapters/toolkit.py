@@ -18,7 +18,8 @@ An adapter says three things, and the toolkit does the rest:
 3. **A forward**: how the module is called, e.g. `lambda block, x, causal: block(x, mask=...)`.
 
 The protocol-function factories (`layer_norm`, `attention`, `cross_attention`, `feed_forward`,
-`transformer_block`, `decoder_block`, `gpt_logits`, `cross_entropy`, `gpt_param_count`) combine them into a function with the
+`transformer_block`, `decoder_block`, `gpt_logits`, `cross_entropy`, `gpt_param_count`, and for the modern decoder `rope`,
+`swiglu`, `llama_block`, `llama_logits`, `llama_decode`, `gqa_attention`) combine them into a function with the
 protocol's signature. For a torch module the weights go in through `torch.func.functional_call`:
 nothing is copied, so autograd reaches the suite's tensors; any other object (a numpy class) gets
 them as attributes for the length of the call, and its own values back afterwards. `call`,
