@@ -18,7 +18,8 @@ An adapter says three things, and the toolkit does the rest:
 3. **A forward**: how the module is called, e.g. `lambda block, x, causal: block(x, mask=...)`.
 
 The protocol-function factories (`layer_norm`, `attention`, `cross_attention`, `feed_forward`,
-`transformer_block`, `decoder_block`, `gpt_logits`, `cross_entropy`, `gpt_param_count`) combine them into a function with the
+`transformer_block`, `decoder_block`, `gpt_logits`, `cross_entropy`, `gpt_param_count`, and for the modern decoder `rope`,
+`swiglu`, `llama_block`, `llama_logits`, `llama_decode`, `gqa_attention`) combine them into a function with the
 protocol's signature. For a torch module the weights go in through `torch.func.functional_call`:
 nothing is copied, so autograd reaches the suite's tensors; any other object (a numpy class) gets
 them as attributes for the length of the call, and its own values back afterwards. `call`,
@@ -47,7 +48,7 @@ __all__ = [
     "T", "cat", "heads", "zeros", "norm", "under", "each", "weights",
     "module", "quiet", "call", "capture", "substitute", "causal_mask", "bad_ids",
     "layer_norm", "attention", "cross_attention", "feed_forward", "transformer_block", "decoder_block", "gpt_logits", "cross_entropy",
-    "gpt_param_count",
+    "gpt_param_count", "visible_keys", "rope", "swiglu", "llama_block", "llama_logits", "llama_decode", "gqa_attention",
 ]
 
 OPTIONAL_BIASES = {"b_q": "W_q", "b_k": "W_k", "b_v": "W_v", "b_o": "W_o"}  # a bias the suite did not draw is zeros, sized by its weight
@@ -192,17 +193,19 @@ def quiet(build):
     return quietly
 
 
-def module(build, *, like, part=None, **sizes):
+def module(build, *, like, part=None, fresh=False, **sizes):
     """build(**sizes), given the sizes it declares (and like's dtype and device where it asks), built once per shape, in eval mode.
 
     A torch module is moved to like's dtype and device (a no-op where the builder already built it
-    there). Its own weights are filled with NaN: the suite's always replace them (call).
+    there). Its own weights are filled with NaN: the suite's always replace them (call). fresh=True
+    builds a new one every time, for a module with state (a KV cache that must start empty).
     """
     accepted = _accepted(build)
     torch_like = _is_torch(like)
     offered = {**sizes, "dtype": like.dtype, "device": like.device if torch_like else "cpu"}
     given = tuple(sorted((k, v) for k, v in offered.items() if accepted is None or k in accepted))
-    return _built(build, part, given, like.dtype if torch_like else None, like.device if torch_like else None)
+    made = _built.__wrapped__ if fresh else _built
+    return made(build, part, given, like.dtype if torch_like else None, like.device if torch_like else None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -470,3 +473,215 @@ def gpt_param_count(build, *, without=()):
         return sum(p.numel() for name, p in model.named_parameters() if attn_bias or not name.endswith(tuple(without)))
 
     return _named(gpt_param_count, "gpt_param_count", "gpt_param_count(vocab, d_model, n_layers, max_len, attn_bias) -> int")
+
+
+# -- the modern decoder (protocol version 2): a plain PyTorch Llama with its own RoPE tables and cache ----------
+
+
+def visible_keys(positions, slots, *, window=None):
+    """(n, slots) bool, True where the query at positions[i] may see the key in slot j (position j): j <= positions[i], within the window."""
+    import torch
+
+    query, key = positions[:, None], torch.arange(slots, device=positions.device)[None, :]
+    seen = key <= query
+    return seen & (key > query - window) if window is not None else seen
+
+
+def rope(apply, *, layout="bthd", from_zero=False):
+    """rope(x, positions, base) from apply(x, positions, base), x in the code's layout: "bthd" (B, T, H, D) or "bhtd" (B, H, T, D).
+
+    The suite's positions are T non-negative ints in any order (distinct in its draws; all 0 in
+    rope.position_zero_is_identity). from_zero=True is for code that rotates only positions
+    0 .. P - 1 (no positions argument, or a start offset left at 0): each row of x is placed at its
+    position in a sequence of its own, max(positions) + 1 rows long, rotated there and read back, so
+    apply gets positions arange(P). RoPE acts on each position alone: nothing is approximated.
+    """
+    import torch
+
+    def rope(x, positions, base):
+        T_, D = x.shape[-2:]
+        rows, positions = x.reshape(-1, T_, D), positions.to(x.device)  # (N, T, D)
+        if from_zero:
+            at, every = positions.repeat(rows.shape[0]), torch.arange(rows.shape[0] * T_, device=x.device)  # row i of N·T sits at at[i]
+            rows = rows.new_zeros(len(every), int(positions.max()) + 1, D).index_put((every, at), rows.reshape(-1, D))  # (N·T, P, D)
+        axis = 2 if layout == "bthd" else 1  # where the code keeps its head axis
+        rotated = apply(rows.unsqueeze(axis), torch.arange(rows.shape[1], device=x.device) if from_zero else positions, base).squeeze(axis)
+        return (rotated[every, at] if from_zero else rotated).reshape(x.shape)
+
+    return _named(rope, "rope", f"rope(x, positions, base) through {getattr(apply, '__name__', apply)}")
+
+
+def swiglu(build, layout, forward=None, *, part=None):
+    """swiglu(x, W_gate, W_up, W_down) from build(d_model, d_ff) and forward(module, x) (default module(x))."""
+
+    def swiglu(x, W_gate, W_up, W_down):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], d_ff=W_gate.shape[1])
+        return call(target, weights(layout, {"W_gate": W_gate, "W_up": W_up, "W_down": W_down}), x, forward=forward or _default_forward)
+
+    return _named(swiglu, "swiglu", "swiglu(x, W_gate, W_up, W_down) -> (..., d)")
+
+
+def _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, max_len):
+    """What a Llama builder may ask for: d_model, n_heads, n_kv_heads, d_head, d_ff, rope_base, window, max_len, qkv_bias (and vocab, n_layers)."""
+    blocks = params.get("blocks", [params])  # a model's, or a block's own params
+    (d_model, q_width), d_ff, block = blocks[0]["W_q"].shape, blocks[0]["W_gate"].shape[1], blocks[0]
+    sizes = {"d_model": d_model, "n_heads": n_heads, "n_kv_heads": n_kv_heads, "d_head": q_width // n_heads, "d_ff": d_ff,
+             "rope_base": float(rope_base), "window": window, "max_len": max_len, "qkv_bias": "b_q" in block}
+    if "embed" in params:
+        sizes.update(vocab=params["embed"].shape[0], n_layers=len(blocks))
+    return sizes
+
+
+def llama_block(build, layout, forward=None, *, part=None):
+    """llama_block(x, params, n_heads, n_kv_heads, rope_base, window) from build(d_model, n_heads, n_kv_heads, d_head, d_ff, rope_base,
+    window, max_len, qkv_bias) and forward(module, x) (default module(x)): positions 0 .. T - 1, causal, the code's own mask."""
+
+    def llama_block(x, params, n_heads, n_kv_heads, rope_base, window):
+        target = module(build, like=x, part=part, **_llama_sizes(params, n_heads, n_kv_heads, rope_base, window, x.shape[1]))
+        return call(target, weights(layout, params), x, forward=forward or _default_forward)
+
+    return _named(llama_block, "llama_block", "llama_block(x, params, n_heads, n_kv_heads, rope_base, window) -> (B, T, d)")
+
+
+def _refused(ids, vocab, check_ids, refuses, run):
+    """run(), with the protocol's ValueError for ids outside [0, vocab): raised before (check_ids) or for a refuses-type error of run()."""
+    if check_ids and bad_ids(ids, vocab, ids.shape[-1]):
+        raise ValueError(f"ids of shape {tuple(ids.shape)} outside [0, {vocab})")
+    try:
+        return run()
+    except refuses as exc:
+        if not bad_ids(ids, vocab, ids.shape[-1]):
+            raise
+        raise ValueError(f"refused ids of shape {tuple(ids.shape)} (vocab {vocab}): {type(exc).__name__}: {exc}") from exc
+
+
+def llama_logits(build, layout, forward=None, *, refuses=(IndexError, RuntimeError), check_ids=False, part=None):
+    """llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window) from build(vocab, n_layers and llama_block's sizes) and
+    forward(module, ids) (default module(ids)) -> (B, T, V); bad ids become ValueError as in gpt_logits."""
+
+    def llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window):
+        sizes = _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, ids.shape[-1])
+        target = module(build, like=params["embed"], part=part, **sizes)
+        run = functools.partial(call, target, weights(layout, params), ids, forward=forward or _default_forward)
+        return _refused(ids, sizes["vocab"], check_ids, refuses, run)
+
+    return _named(llama_logits, "llama_logits", "llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window) -> (B, T, V)")
+
+
+SLOT_RULES = ("grow", "whole", "ring")
+
+
+def held_positions(keys, t, slots, *, axes="bhsd"):
+    """(L, H_c, S) positions held by per-layer key caches `keys` after t tokens, -1 where none: H_c and S read from the keys' shape
+    (axes names where the head "h" and slot "s" axes are), the position of each slot from the slot rule:
+
+    "grow": the S slots hold the last S positions (a cache that grows, or grows and drops the oldest);
+    "whole": slot p holds position p once written (allocated for the whole sequence); "ring": slot p mod S holds the latest p.
+    """
+    import torch
+
+    if slots not in SLOT_RULES:
+        raise ValueError(f"slots={slots!r} is not a slot rule: expected one of {', '.join(map(repr, SLOT_RULES))}")
+    tables = []
+    for cached in keys:
+        H_c, S = cached.shape[axes.index("h")], cached.shape[axes.index("s")]
+        slot = torch.arange(S)
+        if slots == "grow":
+            held = t - S + slot  # negative (not -1) where the cache holds more than it has seen: the law fails it
+        elif slots == "whole":
+            held = torch.where(slot < t, slot, -1)
+        else:
+            held = torch.where(slot < t, slot + S * torch.div(t - 1 - slot, S, rounding_mode="floor"), -1)
+        tables.append(held.expand(H_c, S))
+    return torch.stack(tables)
+
+
+def _asks(forward, name):
+    """Whether forward names the argument `name` (or takes **kwargs)."""
+    accepted = _accepted(forward)
+    return accepted is None or name in accepted
+
+
+def llama_decode(build, layout, step, *, keys, slots="grow", axes="bhsd", refuses=(IndexError, RuntimeError), check_ids=False, part=None):
+    """llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks) -> (logits, cache_positions) from build(llama_logits's
+    sizes, max_len = T, and batch) and step(module, chunk_ids, positions) -> (B, n, V), the code's own call on a chunk at positions
+    (n,) (positions[0]: the start offset, for code that takes one).
+
+    The module is built afresh for every call (its cache starts empty) and is called once per chunk;
+    keys(module) returns its per-layer key caches, read after each chunk by held_positions(keys, t,
+    slots, axes=axes). A step that names a `visible` argument also gets visible_keys(positions, S,
+    window=window): the (n, S) mask over the cache's S slots (slots "whole": read from the keys) or
+    over the S = start + n keys a growing cache holds once the chunk is in.
+    """
+    import torch
+
+    if slots not in SLOT_RULES:
+        raise ValueError(f"slots={slots!r} is not a slot rule: expected one of {', '.join(map(repr, SLOT_RULES))}")
+    if slots == "ring" and _asks(step, "visible"):
+        raise ValueError("a ring cache's slots do not hold positions 0 .. S - 1 in order: build its mask in step, not from `visible`")
+
+    def llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks):
+        sizes = _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, ids.shape[-1])
+        target = module(build, like=params["embed"], part=part, fresh=True, batch=ids.shape[0], **sizes)
+        values, logits, table, start = weights(layout, params), [], [], 0
+        for n in (int(c) for c in chunks):
+            positions = torch.arange(start, start + n, device=ids.device)
+            extra = {}
+            if _asks(step, "visible"):  # the (n, S) mask over a whole-sequence cache's S slots, or over the start + n keys a growing one holds
+                S = keys(target)[0].shape[axes.index("s")] if slots == "whole" else start + n
+                extra["visible"] = visible_keys(positions, S, window=window)
+            run = functools.partial(call, target, values, ids[:, start : start + n], positions, forward=step, **extra)
+            logits.append(_refused(ids, sizes["vocab"], check_ids, refuses, run))
+            start += n
+            table.append(held_positions(keys(target), start, slots, axes=axes))
+        return torch.cat(logits, dim=1), torch.stack(table)
+
+    what = "llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks) -> (logits (B, T, V), cache_positions (n, L, H_c, S))"
+    return _named(llama_decode, "llama_decode", what)
+
+
+@contextmanager
+def _identities(target, names):
+    """Make each submodule `name` of target return its first input, without running (a RoPE the suite's q and k bypass), during the block."""
+    parts = [target.get_submodule(name) for name in names]
+    try:
+        for part in parts:
+            part.forward = lambda x, *_args, **_kwargs: x  # an instance attribute: nn.Module.__call__ finds it before the class's forward
+        yield target
+    finally:
+        for part in parts:
+            del part.forward
+
+
+def gqa_attention(build, forward, *, q, k, v, out, identity=(), part=None):
+    """gqa_attention(q, k, v, causal, key_mask, window) -> out (B, H, T, D) from an attention module whose core cannot be called alone.
+
+    build(d_model, n_heads, n_kv_heads, d_head, max_len = S, window, batch) makes the module (with its
+    cache); forward(module, x, positions) calls it on x (B, n, d) at positions (n,), as llama_decode's step (`visible` too: the (n,
+    S) mask over a cache of S slots, slot j holding position j). The projections
+    named q, k, v are made to return the suite's q, k, v (rows (B, n, heads·D)), the submodules named
+    in `identity` (its RoPE) return their input, and what reaches `out` is the answer. The S - T
+    cached keys go in first, as a prefill at start 0 with zero queries; the T queries follow at S - T.
+    Declare ATTENTION_WEIGHTS = False, CAUSAL_ONLY = True and KEY_MASK = False where the code has no
+    weights, encoder mode or padding mask.
+    """
+
+    import torch
+
+    def rows(t):
+        return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], -1)  # (B, heads, n, D) -> (B, n, heads·D)
+
+    def gqa_attention(q_, k_, v_, causal, key_mask, window):
+        (B, H, T_, D), (H_kv, S) = q_.shape, k_.shape[1:3]
+        target = module(build, like=q_, part=part, fresh=True, d_model=H * D, n_heads=H, n_kv_heads=H_kv, d_head=D, max_len=S,
+                        window=window, batch=B)
+        with _identities(target, identity), capture(target, out, inputs=True) as seen:
+            for start, end in ((0, S - T_), (S - T_, S)) if S > T_ else ((0, S),):  # the cached keys' prefill, then the queries
+                queries = q_ if end == S else q_.new_zeros(B, H, end - start, D)
+                with substitute(target, {q: rows(queries), k: rows(k_[:, :, start:end]), v: rows(v_[:, :, start:end])}):
+                    at = torch.arange(start, end, device=q_.device)
+                    extra = {"visible": visible_keys(at, S, window=window)} if _asks(forward, "visible") else {}
+                    forward(target, q_.new_zeros(B, end - start, H * D), at, **extra)
+        return seen[-1].reshape(B, T_, H, D).transpose(1, 2)
+
+    return _named(gqa_attention, "gqa_attention", "gqa_attention(q, k, v, causal, key_mask, window) -> out (B, H, T, D)")

@@ -194,6 +194,56 @@ def values_are_not_rotated(impl, case):
     assert_close(got, expected, "llama_block output: x + the running mean of unrotated values, @ W_o", tol, call)
 
 
+def _takes_no_biases(impl):
+    """An `applies=` function: a reason where impl takes no q/k/v biases (QKV_BIASES is not True), else None."""
+    return None if declared(impl, "QKV_BIASES") else f"{impl.label} takes no q/k/v biases (QKV_BIASES = True is not declared)"
+
+
+def _without_biases(params):
+    """A copy of llama block params without q/k/v biases."""
+    return {name: value for name, value in params.items() if name not in ("b_q", "b_k", "b_v")}
+
+
+@invariant(
+    requires=("llama_block",),
+    hint="the block's RMSNorm is not x / √(mean(x²) + eps) · gain: eps added outside the root, the row centred first (a LayerNorm's "
+    "centring), the gain applied as (1 + gain), or the mean taken over another axis; else position 0 sees more than its own key "
+    "(a mask that is not causal) or the value heads are repeated in another order",
+    applies=rounds_in_float32,
+)
+def block_norm_seen_alone(impl, case):
+    """With W_q = 0, W_down = 0 and no biases, the block's first position is x + RMSNorm(x; attn_norm)·W_v·W_o: it sees only its own
+    key, and RoPE is the identity at position 0, so its output shows the block's own norm alone (to rounding)."""
+    config, x, params = _block_case(impl, case)
+    quiet = {**_without_biases(params), "W_q": np.zeros_like(params["W_q"]), "W_down": np.zeros_like(params["W_down"])}
+    call = block_call(config, "with W_q = 0, W_down = 0 and no q/k/v biases, at position 0")
+    got = _block(impl, x, quiet, config, call)[:, :1]
+    expected, scale = _running_mean_of_values(impl, x[:, :1], quiet, config)
+    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(scale)
+    assert_close(got, expected, "llama_block output at position 0: x + RMSNorm(x; attn_norm)·W_v·W_o", tol, call)
+
+
+@invariant(
+    requires=("llama_block",),
+    hint="the value bias b_v does not reach the values as it is: the q/k/v biases are dropped (never read), another bias is added "
+    "in b_v's place (b_k where b_v belongs), or RoPE is applied to the values (b_v rotated by position)",
+    applies=lambda impl: rounds_in_float32(impl) or _takes_no_biases(impl),
+)
+def value_bias_reaches_values(impl, case):
+    """With W_q = W_k = W_v = 0 and W_down = 0, every value is b_v, so the block is x + b_v (repeated to each query head)·W_o
+    at every position, whatever the norms, RoPE and mask (to rounding); drawn with biases only."""
+    config, x, params = _block_case(impl, case, qkv_bias=True)
+    zeroed = {name: np.zeros_like(params[name]) for name in ("W_q", "W_k", "W_v", "W_down")}
+    call = block_call(config, "with W_q = W_k = W_v = 0 and W_down = 0")
+    got = _block(impl, x, {**params, **zeroed}, config, call)
+    x64, p = impl.as_seen((x, params))
+    values = ref.repeat_kv(np.broadcast_to(p["b_v"].reshape(config.n_kv_heads, 1, -1), (x.shape[0], config.n_kv_heads, x.shape[1],
+                                                                                          p["b_v"].size // config.n_kv_heads)), config.group)
+    added = ref.merge_heads(values) @ p["W_o"]  # (B, T, d): each head's weighted mean of identical values is b_v
+    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(float((np.abs(x64) + np.abs(ref.merge_heads(values)) @ np.abs(p["W_o"])).max()))
+    assert_close(got, x64 + added, "llama_block output: x + b_v (repeated per query head)·W_o", tol, call)
+
+
 @invariant(
     requires=("llama_block",),
     hint="the block differs from Llama's: RMSNorm (not LayerNorm, eps inside the root) before each sublayer, attention then "

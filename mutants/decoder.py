@@ -272,12 +272,14 @@ def llama_attention_not_causal(x, p, n_heads, n_kv_heads, positions, rope_base, 
     return _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, causal=False)  # BUG
 
 
-@mutant(replaces="llama_attention", killed_by="llama.values_are_not_rotated", bug="RoPE applied to the values as well as to q and k")
+@mutant(replaces="llama_attention", killed_by="llama.values_are_not_rotated", bug="RoPE applied to the values as well as to q and k",
+        also_named_by=("llama.value_bias_reaches_values",))  # "or RoPE is applied to the values (b_v rotated by position)"
 def rope_on_values(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
     return _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, rotate_values=True)  # BUG
 
 
-@mutant(replaces="llama_block_step", killed_by="llama.block_agrees_with_reference", bug="LayerNorm (centred, no bias) where Llama has RMSNorm")
+@mutant(replaces="llama_block_step", killed_by="llama.block_agrees_with_reference", bug="LayerNorm (centred, no bias) where Llama has RMSNorm",
+        also_named_by=("llama.block_norm_seen_alone",))  # "the row centred first (a LayerNorm's centring)"
 def layer_norm_for_rms_norm(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
     p = params
     zero = np.zeros_like(p["attn_norm"])

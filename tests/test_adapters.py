@@ -65,6 +65,9 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
     "torch_decoder_layer.py": 25,
     "whisper.py": 25,
     "x_transformers.py": 25,
+    "torchtune_llama3.py": 25,  # the modern decoder's six functions on plain PyTorch code (issue 26)
+    "olmo_core.py": 25,
+    "nanochat.py": 25,
 }
 
 
@@ -273,3 +276,40 @@ def test_the_toolkit_puts_a_numpy_class_behind_the_protocol():
         assert outcome.passed, outcome.report or outcome.reason
     mha = tk.module(_NumpyAttention, like=np.zeros((1, 1, 2)), d_model=2, n_heads=1)
     assert np.isnan(mha.qkv).all() and np.isnan(mha.out.weight).all()  # its own values back after every call
+
+
+# -- the toolkit's modern decoder --------------------------------------------------------------------
+
+
+def _rope_from_zero_only(x, positions, base):
+    """A RoPE that rotates positions 0 .. T - 1 and nothing else (no positions argument): x (N, T, 1, D)."""
+    import reference.torch as rt
+
+    assert torch.equal(positions, torch.arange(x.shape[1])), positions
+    return rt.rope(x.transpose(1, 2), positions, base).transpose(1, 2)
+
+
+@pytest.mark.parametrize("positions", [[5, 0, 2], [0, 0, 0], [3]], ids=["shuffled", "repeated", "one"])
+def test_rope_from_zero_places_each_row_at_its_position(positions):
+    import reference.torch as rt
+
+    x, at = torch.randn(2, 3, len(positions), 4, dtype=torch.float64), torch.tensor(positions)  # (B, H, T, D)
+    rope = tk.rope(_rope_from_zero_only, from_zero=True)
+    assert torch.equal(rope(x, at, 10_000.0), rt.rope(x, at, 10_000.0))  # the same arithmetic on each row, bitwise
+
+
+def test_visible_keys_is_causal_and_keeps_the_window():
+    seen = tk.visible_keys(torch.tensor([2, 3]), 5, window=2)  # queries at 2 and 3 over 5 slots: keys p - 1 and p
+    assert seen.tolist() == [[False, True, True, False, False], [False, False, True, True, False]]
+    assert tk.visible_keys(torch.tensor([0]), 2).tolist() == [[True, False]]
+
+
+def test_held_positions_reads_heads_and_slots_from_the_keys_and_positions_from_the_slot_rule():
+    keys = [torch.zeros(1, 2, 4, 3)]  # one layer: (B, H_kv = 2, S = 4, D)
+    assert tk.held_positions(keys, 3, "whole").tolist() == [[[0, 1, 2, -1]] * 2]
+    assert tk.held_positions(keys, 6, "ring").tolist() == [[[4, 5, 2, 3]] * 2]  # slot p % 4 holds the latest p < 6
+    assert tk.held_positions(keys, 6, "grow").tolist() == [[[2, 3, 4, 5]] * 2]  # the last 4 of 6
+    assert tk.held_positions(keys, 2, "grow").tolist() == [[[-2, -1, 0, 1]] * 2]  # holds more than it has seen: the law fails it
+    assert tk.held_positions([torch.zeros(1, 4, 2, 3)], 4, "whole", axes="bshd").shape == (1, 2, 4)  # nanochat's (B, T, H, D)
+    with pytest.raises(ValueError, match="slots='ragged' is not a slot rule"):
+        tk.held_positions(keys, 1, "ragged")

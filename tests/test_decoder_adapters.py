@@ -58,3 +58,24 @@ def test_the_suite_finds_the_librarys_own_sliding_cache_at_window_one(adapter, m
     outcome = run_invariant(REGISTRY["decoding.decode_matches_full_forward"], impl, settings=profile_settings("ci"))
     # wrong logits, or a mask and a cache of different lengths that the library's attention refuses (RuntimeError)
     assert outcome.status in ("failed", "error") and "window=1," in outcome.report, outcome.report or outcome.reason
+
+
+PUBLIC = {  # adapter: (the package it wraps, the invariants run here in float32, with few examples; issue 26)
+    "torchtune_llama3": ("torchtune", ("rope.agrees_with_reference", "swiglu.agrees_with_reference", "llama.block_agrees_with_reference",
+                                       "llama.logits_agree_with_reference", "decoding.decode_matches_full_forward", "decoding.cache_size_law",
+                                       "gqa.agrees_with_reference")),
+    "olmo_core": ("olmo_core", ("rope.agrees_with_reference", "rope.position_zero_is_identity", "swiglu.agrees_with_reference",
+                                "llama.block_agrees_with_reference", "llama.logits_agree_with_reference", "gqa.agrees_with_reference",
+                                "masking.window_outside_keys_ignored")),
+    "nanochat": ("nanochat", ("rope.agrees_with_reference", "rope.pairing_anchor", "gqa.agrees_with_reference",
+                              "gqa.queries_shorter_than_keys", "masking.window_outside_keys_ignored")),
+}
+PUBLIC_CASES = [(adapter, name) for adapter, (_, names) in PUBLIC.items() for name in names]
+
+
+@pytest.mark.parametrize("adapter, name", PUBLIC_CASES, ids=[f"{a}-{n}" for a, n in PUBLIC_CASES])
+def test_public_decoder_adapter_passes(adapter, name):
+    package = PUBLIC[adapter][0]
+    pytest.importorskip(package, reason=f"adapters.{adapter} wraps {package}, which is not installed (docs/adapters.md says how to run it)")
+    outcome = run_invariant(REGISTRY[name], load_implementation(f"adapters.{adapter}", dtype="float32"), settings=FEW)
+    assert outcome.passed, outcome.report or outcome.reason

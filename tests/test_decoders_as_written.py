@@ -274,3 +274,97 @@ def test_the_default_matrix_runs_the_masks_in_float16():
         assert '--impl-dtype float16 -k "masking or gqa"' in tox[f"testenv:{env}"]["commands"], env
     masks = [m.name for m in all_mutants() if m.dtype == "float16" and m.killed_by.startswith("masking.")]  # what those runs kill
     assert {"decoder.minus_1e9_sentinel", "decoder.summed_finfo_min_masks"} <= set(masks), masks
+
+
+def test_the_toolkit_runs_a_meta_style_core_through_its_own_cache():
+    """tk.gqa_attention on the same module: its projections substituted, wo's input captured, its RoPE patched to the identity."""
+    pytest.importorskip("torch")
+    import sys
+    from unittest import mock
+
+    from adapters import toolkit as tk
+
+    def forward(attn, x, positions):  # Meta's forward(x, start_pos); its RoPE is a module-level function, patched for the call
+        with mock.patch.object(sys.modules[__name__], "apply_rotary", lambda x, positions: x):
+            return attn(x, int(positions[0]))
+
+    for one_too_wide, status in ((False, "passed"), (True, "failed")):
+        Attention = _attention_module(__import__("torch"), one_too_wide=one_too_wide)
+        build = lambda n_heads, n_kv_heads, d_head, max_len, window, made=Attention: made(n_heads, n_kv_heads, d_head, max_len, window)  # noqa: E731
+        members = dict(gqa_attention=tk.gqa_attention(build, forward, q="wq", k="wk", v="wv", out="wo"),
+                       ATTENTION_WEIGHTS=False, CAUSAL_ONLY=True, KEY_MASK=False)
+        namespace = type("core", (), {k: staticmethod(v) if callable(v) else v for k, v in members.items()})
+        impl = Implementation(namespace, label="core", backend="torch", dtype="float32")
+        outcomes = _outcomes(impl, ["gqa.agrees_with_reference", "gqa.queries_shorter_than_keys", "masking.window_outside_keys_ignored"])
+        assert outcomes["gqa.agrees_with_reference"].status == status, outcomes["gqa.agrees_with_reference"].reason
+        assert outcomes["masking.window_outside_keys_ignored"].status == status
+        assert outcomes["gqa.queries_shorter_than_keys"].passed, outcomes["gqa.queries_shorter_than_keys"].reason
+
+
+def _plain_llama(torch):
+    """A plain PyTorch Llama as people write it: nn.Linear projections, a KV cache allocated for the whole sequence at start 0, written at
+    positions."""
+    import reference.torch as rt
+
+    class Block(torch.nn.Module):
+        def __init__(self, d, H, H_kv, F, max_len, base, window):
+            super().__init__()
+            self.H, self.H_kv, self.D, self.base, self.window, self.max_len = H, H_kv, d // H, base, window, max_len
+            self.attn_norm, self.ffn_norm = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.ones(d))
+            shapes = ((d, d), (d, H_kv * self.D), (d, H_kv * self.D), (d, d))
+            self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(i, o, bias=False) for i, o in shapes)
+            self.w1, self.w3, self.w2 = (torch.nn.Linear(i, o, bias=False) for i, o in ((d, F), (d, F), (F, d)))
+        def forward(self, x, positions):
+            (B, n, _), h = x.shape, rt.rms_norm(x, self.attn_norm)
+            if positions[0] == 0:  # a new sequence: its cache, (B, H_kv, S, D) each
+                self.cache_k, self.cache_v = (x.new_zeros(B, self.H_kv, self.max_len, self.D) for _ in range(2))
+            q = rt.rope(self.wq(h).view(B, n, self.H, self.D).transpose(1, 2), positions, self.base)
+            self.cache_k[:, :, positions] = rt.rope(self.wk(h).view(B, n, self.H_kv, self.D).transpose(1, 2), positions, self.base)
+            self.cache_v[:, :, positions] = self.wv(h).view(B, n, self.H_kv, self.D).transpose(1, 2)
+            S = int(positions[-1]) + 1
+            out, _ = rt.gqa_attention(q, self.cache_k[:, :, :S], self.cache_v[:, :, :S], True, None, self.window)
+            x = x + self.wo(rt.merge_heads(out))
+            h = rt.rms_norm(x, self.ffn_norm)
+            return x + self.w2(torch.nn.functional.silu(self.w1(h)) * self.w3(h))
+
+    class Llama(torch.nn.Module):
+        def __init__(self, vocab, n_layers, *sizes):
+            super().__init__()
+            self.embed, self.norm = torch.nn.Embedding(vocab, sizes[0]), torch.nn.Parameter(torch.ones(sizes[0]))
+            self.layers, self.out = torch.nn.ModuleList(Block(*sizes) for _ in range(n_layers)), torch.nn.Linear(sizes[0], vocab, bias=False)
+
+        def forward(self, ids, positions):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x, positions)
+            return self.out(rt.rms_norm(x, self.norm))
+
+    return Llama
+
+
+def test_the_toolkit_puts_a_plain_pytorch_llama_with_its_own_cache_behind_the_protocol():
+    """tk.llama_logits and tk.llama_decode on _plain_llama (slots "whole"), and the same code storing keys per query head fails the cache law."""
+    torch = pytest.importorskip("torch")
+    from adapters import toolkit as tk
+
+    Llama = _plain_llama(torch)
+    BLOCK = {"attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "wq.weight": tk.T("W_q"), "wk.weight": tk.T("W_k"), "wv.weight": tk.T("W_v"),
+             "wo.weight": tk.T("W_o"), "w1.weight": tk.T("W_gate"), "w3.weight": tk.T("W_up"), "w2.weight": tk.T("W_down")}
+    MODEL = {"embed.weight": "embed", "layers.{}.": tk.each("blocks", BLOCK), "norm": "norm", "out.weight": tk.T("W_out")}
+
+    def build(vocab, n_layers, d_model, n_heads, n_kv_heads, d_ff, max_len, rope_base, window):
+        return Llama(vocab, n_layers, d_model, n_heads, n_kv_heads, d_ff, max_len, rope_base, window)
+
+    def keys(model):
+        return [layer.cache_k for layer in model.layers]
+
+    for per_query_head, status in ((False, "passed"), (True, "failed")):
+        held = (lambda model: [k.repeat_interleave(2, dim=1) for k in keys(model)]) if per_query_head else keys  # noqa: E731, B023
+        members = dict(llama_logits=tk.llama_logits(build, MODEL, lambda m, ids: m(ids, torch.arange(ids.shape[1]))),
+                       llama_decode=tk.llama_decode(build, MODEL, lambda m, ids, at: m(ids, at), keys=held, slots="whole"), QKV_BIASES=False)
+        namespace = type("plain", (), {k: staticmethod(v) if callable(v) else v for k, v in members.items()})
+        impl = Implementation(namespace, label="plain", backend="torch", dtype="float64")
+        outcomes = _outcomes(impl, [*DECODING, "llama.logits_agree_with_reference"])
+        assert outcomes["decoding.cache_size_law"].status == status, outcomes["decoding.cache_size_law"].reason
+        assert outcomes["llama.logits_agree_with_reference"].passed, outcomes["llama.logits_agree_with_reference"].reason
+        assert per_query_head or outcomes["decoding.decode_matches_full_forward"].passed, outcomes["decoding.decode_matches_full_forward"].reason
