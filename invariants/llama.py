@@ -216,10 +216,10 @@ def block_norm_seen_alone(impl, case):
     key, and RoPE is the identity at position 0, so its output shows the block's own norm alone (to rounding)."""
     config, x, params = _block_case(impl, case)
     quiet = {**_without_biases(params), "W_q": np.zeros_like(params["W_q"]), "W_down": np.zeros_like(params["W_down"])}
-    call = block_call(config, "with W_q = 0, W_down = 0 and no q/k/v biases, at position 0")
+    call = describe_call("llama_block", named_sizes(config), "with W_q = 0, W_down = 0 and no q/k/v biases, at position 0")
     got = _block(impl, x, quiet, config, call)[:, :1]
     expected, scale = _running_mean_of_values(impl, x[:, :1], quiet, config)
-    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(scale)
+    tol = impl.tolerance.scaled(ROUNDINGS["llama_block"]).at_scale(scale)
     assert_close(got, expected, "llama_block output at position 0: x + RMSNorm(x; attn_norm)·W_v·W_o", tol, call)
 
 
@@ -234,13 +234,13 @@ def value_bias_reaches_values(impl, case):
     at every position, whatever the norms, RoPE and mask (to rounding); drawn with biases only."""
     config, x, params = _block_case(impl, case, qkv_bias=True)
     zeroed = {name: np.zeros_like(params[name]) for name in ("W_q", "W_k", "W_v", "W_down")}
-    call = block_call(config, "with W_q = W_k = W_v = 0 and W_down = 0")
+    call = describe_call("llama_block", named_sizes(config), "with W_q = W_k = W_v = 0 and W_down = 0")
     got = _block(impl, x, {**params, **zeroed}, config, call)
     x64, p = impl.as_seen((x, params))
     values = ref.repeat_kv(np.broadcast_to(p["b_v"].reshape(config.n_kv_heads, 1, -1), (x.shape[0], config.n_kv_heads, x.shape[1],
                                                                                           p["b_v"].size // config.n_kv_heads)), config.group)
     added = ref.merge_heads(values) @ p["W_o"]  # (B, T, d): each head's weighted mean of identical values is b_v
-    tol = impl.tolerance.scaled(ROUNDINGS).at_scale(float((np.abs(x64) + np.abs(ref.merge_heads(values)) @ np.abs(p["W_o"])).max()))
+    tol = impl.tolerance.scaled(ROUNDINGS["llama_block"]).at_scale(float((np.abs(x64) + np.abs(ref.merge_heads(values)) @ np.abs(p["W_o"])).max()))
     assert_close(got, x64 + added, "llama_block output: x + b_v (repeated per query head)·W_o", tol, call)
 
 
