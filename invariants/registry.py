@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def _discover_components():
+def discover_components(folder=Path(__file__).parent):
     """{component: the protocol functions whose laws it holds}, in lesson order: every module of this package that declares
     HOLDS (a tuple of protocol function names) and LESSON (a number: where a lesson meets it), read from its source without
     importing it (component modules import this one)."""
     found = []
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for path in sorted(Path(folder).glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        if "\nHOLDS = " not in text:
+        if not re.search(r"^HOLDS = ", text, re.MULTILINE):
             continue
         constants = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(text).body
                      if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", None) in ("HOLDS", "LESSON")}
@@ -42,7 +43,7 @@ def _discover_components():
 
 # One module per component, in the order a lesson meets them, with the protocol functions whose laws it holds
 # (invariants.diagnosis reads what each builds on from their entries); dtypes holds a law over every entry.
-COMPONENTS = _discover_components()
+COMPONENTS = discover_components()
 
 REGISTRY: dict = {}
 
