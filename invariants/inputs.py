@@ -3,7 +3,8 @@
     args = VALID_INPUTS["layer_norm"](impl, case)   # (x, gain, bias, eps), in protocol order
 
 Each drawer takes the Implementation (its declarations: LAYER_NORM_EPS, ATTENTION_BIASES, SLIDING_WINDOW, ...) and
-the Case to draw from, and returns the arguments of one call. The laws written once over every entry
+the Case to draw from, and returns the arguments of one call. A component added since registers its own drawer from its
+laws module (`@valid_inputs("qk_norm_attention")` in invariants/qk_norm.py). The laws written once over every entry
 (invariants.dtypes) call them; tests/test_dtypes.py checks that every floating function of invariants.protocol.FUNCTIONS
 has one. Sizes are small: these inputs are for laws that hold at any size.
 """

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# How a component module declares itself, at the top level of its source: LESSON = <number>, HOLDS = (<names>,).
+_DECLARATIONS = {"LESSON": re.compile(r"^LESSON = ([0-9.]+)", re.MULTILINE), "HOLDS": re.compile(r"^HOLDS = (\([^)]*\))", re.MULTILINE)}
+
 
 def discover_components(folder=Path(__file__).parent):
     """{component: the protocol functions whose laws it holds}, in lesson order: every module of this package that declares
@@ -28,13 +31,13 @@ def discover_components(folder=Path(__file__).parent):
     found = []
     for path in sorted(Path(folder).glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        if not re.search(r"^HOLDS = ", text, re.MULTILINE):
+        declared = {name: pattern.search(text) for name, pattern in _DECLARATIONS.items()}
+        if not any(declared.values()):
             continue
-        constants = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(text).body
-                     if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", None) in ("HOLDS", "LESSON")}
-        if set(constants) != {"HOLDS", "LESSON"}:
+        if not all(declared.values()):
             raise ValueError(f"component module invariants/{path.name} must declare both HOLDS and LESSON at its top level")
-        found.append((constants["LESSON"], path.stem, tuple(constants["HOLDS"])))
+        lesson, holds = (ast.literal_eval(declared[name].group(1)) for name in ("LESSON", "HOLDS"))
+        found.append((lesson, path.stem, tuple(holds)))
     lessons = [lesson for lesson, _, _ in found]
     if len(set(lessons)) != len(lessons):
         raise ValueError(f"two component modules declare the same LESSON: {sorted(lessons)}")
