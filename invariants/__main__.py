@@ -1,16 +1,23 @@
-"""`python -m invariants`: print the invariant catalogue as Markdown (the README's list is this output).
+"""`python -m invariants`: print the invariant catalogue as Markdown (the README's list is this output), or a protocol table.
 
     python -m invariants            # the catalogue, one table per component
     python -m invariants --names    # one invariant name per line
+    python -m invariants --protocol 2   # docs/protocol.md's table of the functions version 2 added
 """
 
 from __future__ import annotations
 
 import argparse
 
+from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
 
 BEGIN, END = "<!-- catalogue: begin (python -m invariants) -->", "<!-- catalogue: end -->"
+
+
+def protocol_markers(version):
+    """The markers around docs/protocol.md's table of the functions `version` added."""
+    return f"<!-- functions v{version}: begin (python -m invariants --protocol {version}) -->", f"<!-- functions v{version}: end -->"
 
 
 def catalogue_markdown():
@@ -30,11 +37,24 @@ def catalogue_markdown():
     return "\n".join(lines).rstrip() + "\n"
 
 
+def protocol_markdown(version):
+    """docs/protocol.md's table of the protocol functions `version` added, one row per entry of invariants.protocol.FUNCTIONS,
+    then the details of the entries that carry them."""
+    entries = [entry for entry in FUNCTIONS.values() if entry.version == version]
+    lines = ["| function | arguments | returns |", "| --- | --- | --- |"]
+    lines += [f"| `{entry.signature}` | {entry.arguments} | {entry.returns} |" for entry in entries]
+    lines += [part for entry in entries if entry.details for part in ("", entry.details.strip())]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m invariants", description="Print the invariant catalogue.")
     parser.add_argument("--names", action="store_true", help="one invariant name per line instead of Markdown tables")
+    parser.add_argument("--protocol", type=int, metavar="VERSION", help="docs/protocol.md's table of the functions VERSION added")
     args = parser.parse_args(argv)
-    if args.names:
+    if args.protocol is not None:
+        print(protocol_markdown(args.protocol), end="")
+    elif args.names:
         print("\n".join(inv.name for inv in all_invariants()))
     else:
         print(catalogue_markdown(), end="")

@@ -20,6 +20,9 @@ from invariants.registry import invariant
 from invariants.tolerance import Tolerance, agreement_tolerance
 from strategies.activation import activation_inputs, paddings
 
+LESSON = 30  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("gelu",)  # the protocol functions whose laws it holds
+
 TANH_VS_ERF = 4.8e-4  # max |tanh form - erf form| over all x is 4.73e-4
 RELU_GAP = 0.171  # max (relu(x) - gelu(x)) = -min gelu: 0.16997 (erf form, x = -0.7518), 0.17004 (tanh form, x = -0.7525)
 COURSE_VALUES = ((1.0, 0.841), (-3.0, -0.004), (10.0, 10.0), (0.0, 0.0))  # the course's GELU(z), to 3 decimals

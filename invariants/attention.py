@@ -37,6 +37,9 @@ from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args,
 from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, integers, permutations, sampled_from, swept_lengths
 from strategies.core import weights as weight_matrices
 
+LESSON = 40  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("attention",)  # the protocol functions whose laws it holds
+
 # Each strategy built once per set of arguments: building one costs more than drawing from it.
 _inputs = lru_cache(maxsize=None)(attention_inputs)
 

@@ -37,6 +37,9 @@ from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, swept_lengths
 from strategies.params import block_params
 
+LESSON = 60  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("transformer_block",)  # the protocol functions whose laws it holds
+
 OUTPUTS = {"attention": ("W_o", "b_o"), "feed_forward": ("W2", "b2")}  # what a sublayer's output is made of
 
 

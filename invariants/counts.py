@@ -20,6 +20,9 @@ from invariants.tolerance import Tolerance
 from strategies.core import integers
 from strategies.params import gpt_configs, gpt_params
 
+LESSON = 160  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("gpt_param_count", "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops")  # whose laws it holds
+
 GPT2_VOCAB, GPT2_MAX_LEN = 50_257, 1_024
 # name: ((vocab, d_model, n_layers, max_len, attn_bias), exact count as transformers reports it, tied head counted once)
 KNOWN_COUNTS = {

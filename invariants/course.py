@@ -13,6 +13,9 @@ from strategies.core import integers, seeds
 from strategies.params import GPTConfig, init_gpt_params
 from strategies.text import COURSE_ALPHABET, corpora, token_streams, window_lengths
 
+LESSON = 170  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("build_vocab", "encode", "decode", "get_batch")  # the protocol functions whose laws it holds
+
 
 @invariant(
     requires=("build_vocab",),

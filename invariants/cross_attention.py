@@ -22,6 +22,9 @@ from invariants.tolerance import ROUNDINGS, layer_norm_condition
 from strategies.core import float_arrays, integers, permutations
 from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 
+LESSON = 150  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("cross_attention", "decoder_block")  # the protocol functions whose laws it holds
+
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)
 LOW_PRECISION = ("float16", "bfloat16")
 

@@ -26,6 +26,9 @@ from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
 from strategies.decoder import decode_schedules
 
+LESSON = 140  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("llama_decode",)  # the protocol functions whose laws it holds
+
 
 def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
     """decode_schedules of seq narrowed to the chunks impl declares it takes (MAX_DECODE_CHUNK, CHUNKS_WITHIN_WINDOW);

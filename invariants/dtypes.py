@@ -30,6 +30,9 @@ from invariants.inputs import VALID_INPUTS
 from invariants.protocol import FUNCTIONS, describe_call
 from invariants.registry import invariant
 
+LESSON = 180  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)
+
 # Protocol functions whose answers are not floating, with what they return: no dtype to keep (their entries' `floating` is empty).
 NOT_FLOATING = {name: entry.returns for name, entry in FUNCTIONS.items() if not entry.floating}
 

@@ -17,6 +17,9 @@ from invariants.tolerance import agreement_tolerance
 from strategies.core import integers, permutations
 from strategies.feed_forward import feed_forward_weights, hidden_states
 
+LESSON = 50  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("feed_forward",)  # the protocol functions whose laws it holds
+
 ARGS = ("W1", "b1", "W2", "b2")
 
 

@@ -28,6 +28,9 @@ from invariants.tolerance import ROUNDINGS
 from strategies.core import integers
 from strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
 
+LESSON = 100  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("gqa_attention",)  # the protocol functions whose laws it holds
+
 
 @cache
 def _strategy(shape_options, options):

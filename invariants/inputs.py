@@ -3,7 +3,8 @@
     args = VALID_INPUTS["layer_norm"](impl, case)   # (x, gain, bias, eps), in protocol order
 
 Each drawer takes the Implementation (its declarations: LAYER_NORM_EPS, ATTENTION_BIASES, SLIDING_WINDOW, ...) and
-the Case to draw from, and returns the arguments of one call. The laws written once over every entry
+the Case to draw from, and returns the arguments of one call. A component added since registers its own drawer from its
+laws module (`@valid_inputs("qk_norm_attention")` in invariants/qk_norm.py). The laws written once over every entry
 (invariants.dtypes) call them; tests/test_dtypes.py checks that every floating function of invariants.protocol.FUNCTIONS
 has one. Sizes are small: these inputs are for laws that hold at any size.
 """
@@ -17,12 +18,11 @@ from invariants.gqa import draw_gqa_inputs
 from invariants.llama import draw_config
 from invariants.moe import moe_params_for
 from invariants.norms import gains_and_biases_for
-from invariants.qk_norm import draw_qk_norm_inputs
 from invariants.rope import draw_rope_inputs
 from strategies.activation import activation_inputs
 from strategies.attention import attention_args, attention_inputs
 from strategies.core import attention_shapes, float_arrays, integers, sampled_from
-from strategies.decoder import cross_args, cross_inputs, decoder_block_params, gqa_args, llama_block_params, llama_params, qk_norm_args, swiglu_inputs
+from strategies.decoder import cross_args, cross_inputs, decoder_block_params, gqa_args, llama_block_params, llama_params, swiglu_inputs
 from strategies.feed_forward import feed_forward_weights, hidden_states
 from strategies.moe import moe_shapes, moe_tokens, router_logits
 from strategies.norms import gains_and_biases, norm_rows
@@ -152,13 +152,24 @@ def decoder_block(impl, case):
     return inputs["x"], inputs["memory"], params, inputs["n_heads"]
 
 
-def qk_norm_attention(impl, case):
-    return qk_norm_args(draw_qk_norm_inputs(impl, case, max_seq=3))
-
-
-VALID_INPUTS = {  # protocol function -> drawer(impl, case) of its arguments; every function with a floating answer has one
+# protocol function -> drawer(impl, case) of its arguments; every function with a floating answer has one. Those above are
+# the components' before this table's register; a new component registers its own from its laws module (valid_inputs),
+# so the table is complete once registry.all_invariants() has imported every component.
+VALID_INPUTS = {
     drawer.__name__: drawer
     for drawer in (softmax, layer_norm, rms_norm, gelu, cross_entropy, attention, feed_forward, transformer_block, gpt_logits, top_k_gates,
                    moe, load_balancing_loss, rope, gqa_attention, swiglu, llama_block, llama_logits, llama_decode, cross_attention,
-                   decoder_block, qk_norm_attention)
+                   decoder_block)
 }
+
+
+def valid_inputs(function):
+    """Register the decorated drawer(impl, case) as the valid inputs of the protocol function named `function`."""
+
+    def register(drawer):
+        if function in VALID_INPUTS:
+            raise ValueError(f"the valid inputs of {function} are registered twice")
+        VALID_INPUTS[function] = drawer
+        return drawer
+
+    return register

@@ -30,6 +30,9 @@ from strategies.core import float_arrays, integers
 from strategies.decoder import llama_block_params, llama_configs, llama_params
 from strategies.params import token_ids
 
+LESSON = 130  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("llama_block", "llama_logits")  # the protocol functions whose laws it holds
+
 _BLOCK_OUTPUTS = ("W_o", "W_down")  # what the two sublayers' outputs are made of (no output biases in Llama)
 
 

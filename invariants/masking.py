@@ -23,6 +23,9 @@ from invariants.protocol import describe_call
 from invariants.registry import invariant
 from strategies.core import float_arrays, integers
 
+LESSON = 110  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("gqa_attention",)  # the protocol functions whose laws it holds
+
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its gqa_attention returns no weights to count")
 _NO_WINDOW = first_reason(  # a sliding window is defined on causal attention only
     NO_DECODER_MODE, declared_skip("SLIDING_WINDOW", lambda supported: not supported, "it has no sliding window, which this invariant is about"))

@@ -26,6 +26,9 @@ from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, integers, none, one_of, sampled_from, swept_lengths
 from strategies.params import gpt_configs, gpt_params, token_ids
 
+LESSON = 70  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("gpt_logits",)  # the protocol functions whose laws it holds
+
 
 def configs_for(impl, **options):
     """gpt_configs(**options) of models impl can run: attention biases only if it declares them, its feed-forward ratio."""

@@ -21,6 +21,9 @@ from invariants.tolerance import agreement_tolerance
 from strategies.core import integers, permutations
 from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 
+LESSON = 80  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("top_k_gates", "moe", "load_balancing_loss", "tokens_per_expert")  # the protocol functions whose laws it holds
+
 
 def _follows_tie_rule(impl):
     """True unless the implementation declares TOP_K_TIES = "any" (no documented tie rule)."""

@@ -32,6 +32,9 @@ from invariants.registry import invariant
 from strategies.core import integers
 from strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
 
+LESSON = 20  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("layer_norm", "rms_norm")  # the protocol functions whose laws it holds
+
 LARGE_ROWS = dict(min_row_std=2.0**5, max_row_std=LARGEST_ROW_STD, max_offset=1.0)  # |x| up to ~12,000: x² > 65504 for |x| >= 256
 _FIXED_LN_EPS = declared_skip("LAYER_NORM_EPS", lambda eps: eps is not None, "the scale law needs layer_norm at eps/c², not at a fixed eps")
 _FIXED_RMS_EPS = declared_skip("RMS_NORM_EPS", lambda eps: eps is not None, "the scale law needs rms_norm at eps/c², not at a fixed eps")

@@ -50,12 +50,22 @@ class ProtocolFunction:
 
     name: str
     params: tuple[str, ...]  # passed positionally, in this order
-    returns: str
+    returns: str  # what it answers, as docs/protocol.md's table says it (generated: python -m invariants --protocol)
     summary: str
+    arguments: str = ""  # what its arguments are, as that table says it; every entry has one
     outputs: tuple[str, ...] = ("out",)  # the answer's parts by name, one name for a single array or value
     floating: tuple[str, ...] = ("out",)  # those that are floating arrays in the input dtype; () for ints, counts and text
     shown: tuple[str, ...] = ()  # the params a report shows with their shape or value; the others appear by name
     builds_on: tuple[str, ...] = ()  # the protocol functions it is composed of (the diagnosis's dependencies)
+    # its rounding budget (tolerance.ROUNDINGS): how many roundings of its dtype a correct answer composes, the factor its checks
+    # scale the dtype's tolerance by, measured with the factor and never tuned to pass; None where no check scales by one
+    roundings: int | None = None
+    version: int = 1  # the protocol version that added it (docs/protocol.md has one table per version)
+    details: str = ""  # Markdown printed under that table: params, the computation, the declarations it honours (generated too)
+
+    def __post_init__(self):
+        if not self.arguments:
+            raise ValueError(f"protocol function {self.name} needs `arguments`, the text of its row in docs/protocol.md")
 
     @property
     def signature(self):
@@ -92,113 +102,295 @@ def _shown(param, value, dtype):
 NUMBER = dict(outputs=("value",), floating=())  # an int, a count or a str: no dtype to keep
 ATTENTION = dict(outputs=("out", "weights"), floating=("out", "weights"))  # out alone where ATTENTION_WEIGHTS = False
 
+QK_NORM_DETAILS = """\
+**qk_norm_attention** is causal grouped-query attention with QK-norm, as in Qwen3 and Gemma 3: params
+`W_q (d, H·D)`, `W_k (d, H_kv·D)`, `W_v (d, H_kv·D)`, `W_o (H·D, d)`, and the gains `q_norm (D,)` and
+`k_norm (D,)`, each shared by every head. d need not be H·D (Qwen3 sets head_dim apart; the suite draws both).
+
+```
+q, k, v = split_heads(x·W_q), split_heads(x·W_k), split_heads(x·W_v)      # (B, H, T, D), (B, H_kv, T, D) twice
+q, k = RMSNorm(q; q_norm), RMSNorm(k; k_norm)     # each head over its own D features, eps 1e-5 (or RMS_NORM_EPS); never v
+q, k = RoPE(q, positions), RoPE(k, positions)      # after the norm
+out = merge_heads(gqa_attention(q, k, v, causal=True, None, None))·W_o
+```
+
+Only the per-head variant is this function. OLMo 2 normalises the whole projection (all H·D features at once, gains of
+width H·D and H_kv·D: transformers' `Olmo2Attention`); it is another function, and it fails
+`qk_norm.head_rescaling_invariant` and `qk_norm.agrees_with_reference` if adapted with the gains tiled
+(tests/test_qk_norm.py). Gemma 3 multiplies by (1 + w): an adapter passes w = gain − 1. The declarations it honours:
+`ROPE_PAIRING`, `ROPE_THETA`, `RMS_NORM_EPS`, `ATTENTION_WEIGHTS = False` (`qk_norm.weights_bounded_below` is then
+skipped) and `COMPUTE_DTYPE = "float32"` (a float64 run skips the four laws held to rounding: `agrees_with_reference`,
+`relative_positions`, `repeated_kv_heads`, `head_rescaling_invariant`). `adapters/qwen3.py` puts transformers'
+`Qwen3Attention` behind it.
+"""
+
 FUNCTIONS = {
     f.name: f
     for f in (
-        ProtocolFunction("softmax", ("x", "axis"), "array, same shape as x", "exp(x)/Σexp(x) along axis", shown=("x", "axis")),
-        ProtocolFunction("layer_norm", ("x", "gain", "bias", "eps"), "(..., d)", "per-row LayerNorm, population variance", shown=("x", "eps")),
-        ProtocolFunction("rms_norm", ("x", "gain", "eps"), "(..., d)", "per-row RMSNorm", shown=("x", "eps")),
-        ProtocolFunction("gelu", ("x",), "array, same shape as x", "GELU (tanh or erf form)", shown=("x",)),
-        ProtocolFunction("cross_entropy", ("logits", "targets"), "scalar", "mean NLL in nats; logits (..., V), int targets (...)",
-                         outputs=("loss",), floating=("loss",), shown=("logits",)),
+        ProtocolFunction(
+            "softmax",
+            ("x", "axis"),
+            "same shape; exp(x)/Σexp(x) along `axis`",
+            "exp(x)/Σexp(x) along axis",
+            arguments="any float array",
+            shown=("x", "axis"),
+        ),
+        ProtocolFunction(
+            "layer_norm",
+            ("x", "gain", "bias", "eps"),
+            "(..., d): population variance, eps inside √",
+            "per-row LayerNorm, population variance",
+            arguments="x (..., d), gain (d,), bias (d,), eps float",
+            shown=("x", "eps"),
+        ),
+        ProtocolFunction(
+            "rms_norm",
+            ("x", "gain", "eps"),
+            "(..., d): x / √(mean(x²) + eps) · gain",
+            "per-row RMSNorm",
+            arguments="x (..., d), gain (d,)",
+            shown=("x", "eps"),
+        ),
+        ProtocolFunction(
+            "gelu",
+            ("x",),
+            "same shape; tanh or erf form (they differ by < 4.8e-4)",
+            "GELU (tanh or erf form)",
+            arguments="any",
+            shown=("x",),
+        ),
+        ProtocolFunction(
+            "cross_entropy",
+            ("logits", "targets"),
+            "scalar: mean NLL in nats",
+            "mean NLL in nats; logits (..., V), int targets (...)",
+            arguments="logits (..., V), targets (...) int",
+            outputs=("loss",), floating=("loss",), shown=("logits",),
+        ),
         ProtocolFunction(
             "attention",
             ("x", "W_q", "W_k", "W_v", "W_o", "n_heads", "causal"),
-            "(out (B, T, d), weights (B, H, T, T))",
+            "`(out (B, T, d), weights (B, H, T, T))`; `out` alone with `ATTENTION_WEIGHTS = False`",
             "multi-head self-attention; x (B, T, d), each W (d, d)",
-            **ATTENTION, shown=("x", "n_heads", "causal"), builds_on=("softmax",),
+            arguments="x (B, T, d), each W (d, d)",
+            # the roundings between its inputs and its output (q, k, q·kᵀ, /√D, the softmax, v, weights @ v, @ W_o), where the table
+            # allows for one operation; the softmax also passes the scores' absolute error on as the weights' relative error.
+            # Measured on reference.torch over 2000 examples: the worst error is 0.32 of the bound so scaled in float16 (the weights),
+            # 0.16 in bfloat16.
+            **ATTENTION, shown=("x", "n_heads", "causal"), builds_on=("softmax",), roundings=8,
         ),
-        ProtocolFunction("feed_forward", ("x", "W1", "b1", "W2", "b2"), "(..., d)", "GELU MLP; W1 (d, F), W2 (F, d)",
-                         shown=("x", "W1"), builds_on=("gelu",)),
+        ProtocolFunction(
+            "feed_forward",
+            ("x", "W1", "b1", "W2", "b2"),
+            "(..., d): GELU between",
+            "GELU MLP; W1 (d, F), W2 (F, d)",
+            arguments="x (..., d), W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)",
+            shown=("x", "W1"), builds_on=("gelu",),
+        ),
         ProtocolFunction(
             "transformer_block",
             ("x", "params", "n_heads", "causal"),
-            "(B, T, d)",
+            "(B, T, d): pre-norm",
             "pre-norm block; params: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2",
+            arguments="x (B, T, d), params dict (below)",
             shown=("x", "n_heads", "causal"), builds_on=("layer_norm", "attention", "feed_forward"),
         ),
         ProtocolFunction(
             "gpt_logits",
             ("ids", "params", "n_heads"),
-            "(B, T, V)",
+            "(B, T, V); `ValueError` for ids ∉ [0, V) or T > max_len",
             "decoder-only LM; params: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b; ValueError on bad ids",
+            arguments="ids (B, T) int, params dict (below)",
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads"), builds_on=("transformer_block", "layer_norm"),
         ),
         ProtocolFunction(
-            "gpt_param_count", ("vocab", "d_model", "n_layers", "max_len", "attn_bias"), "int", "exact count, tied output", **NUMBER
+            "gpt_param_count",
+            ("vocab", "d_model", "n_layers", "max_len", "attn_bias"),
+            "int: tied output counted once",
+            "exact count, tied output",
+            arguments="ints, bool",
+            **NUMBER,
         ),
-        ProtocolFunction("top_k_gates", ("router_logits", "k"), "(N, E)", "softmax over each token's k kept scores, 0 elsewhere",
-                         outputs=("gates",), floating=("gates",), shown=("router_logits", "k"), builds_on=("softmax",)),
-        ProtocolFunction("moe", ("x", "router", "experts", "k"), "(N, d)",
-                         "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])",
-                         shown=("x", "experts", "k"), builds_on=("top_k_gates", "feed_forward", "swiglu")),
-        ProtocolFunction("load_balancing_loss", ("router_logits", "k"), "scalar", "Switch loss E·Σ f_i·P_i",
-                         outputs=("loss",), floating=("loss",), shown=("router_logits", "k"), builds_on=("softmax", "tokens_per_expert")),
-        ProtocolFunction("tokens_per_expert", ("router_logits", "k"), "(E,) ints", "tokens routed to each expert",
-                         outputs=("counts",), floating=(), shown=("router_logits", "k")),
-        ProtocolFunction("moe_n_params", ("d_model", "n_experts"), "int", "router + all experts", **NUMBER),
-        ProtocolFunction("moe_active_params", ("d_model", "n_experts", "k"), "int", "router + k experts", **NUMBER),
-        ProtocolFunction("inference_flops_per_token", ("n_params",), "number", "≈ 2N", **NUMBER),
-        ProtocolFunction("training_flops", ("n_params", "n_tokens"), "number", "≈ 6ND", **NUMBER),
-        ProtocolFunction("build_vocab", ("text",), "str", "sorted distinct characters", **NUMBER),
-        ProtocolFunction("encode", ("text", "vocab"), "(n,) ints", "characters -> ids", outputs=("ids",), floating=()),
-        ProtocolFunction("decode", ("ids", "vocab"), "str", "ids -> characters", **NUMBER),
-        ProtocolFunction("get_batch", ("data", "batch_size", "seq_len", "seed"), "(x, y), each (B, T)", "y is x shifted by one",
-                         outputs=("x", "y"), floating=()),
+        ProtocolFunction(
+            "top_k_gates",
+            ("router_logits", "k"),
+            "(N, E): softmax over each row's k kept scores, 0 elsewhere",
+            "softmax over each token's k kept scores, 0 elsewhere",
+            arguments="(N, E), int",
+            outputs=("gates",), floating=("gates",), shown=("router_logits", "k"), builds_on=("softmax",),
+        ),
+        ProtocolFunction(
+            "moe",
+            ("x", "router", "experts", "k"),
+            "(N, d)",
+            "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])",
+            arguments='x (N, d), router (d, E), experts: list of E dicts `W1 b1 W2 b2` (or `W_gate W_up W_down` under `EXPERT_FFN = "swiglu"`)',
+            shown=("x", "experts", "k"), builds_on=("top_k_gates", "feed_forward", "swiglu"),
+        ),
+        ProtocolFunction(
+            "load_balancing_loss",
+            ("router_logits", "k"),
+            "scalar: E·Σ f_i·P_i (Switch)",
+            "Switch loss E·Σ f_i·P_i",
+            arguments="(N, E), int",
+            outputs=("loss",), floating=("loss",), shown=("router_logits", "k"), builds_on=("softmax", "tokens_per_expert"),
+        ),
+        ProtocolFunction(
+            "tokens_per_expert",
+            ("router_logits", "k"),
+            "(E,) ints summing to N·k",
+            "tokens routed to each expert",
+            arguments="(N, E), int",
+            outputs=("counts",), floating=(), shown=("router_logits", "k"),
+        ),
+        ProtocolFunction(
+            "moe_n_params",
+            ("d_model", "n_experts"),
+            "int: router + all experts",
+            "router + all experts",
+            arguments="ints",
+            **NUMBER,
+        ),
+        ProtocolFunction(
+            "moe_active_params",
+            ("d_model", "n_experts", "k"),
+            "int: router + k experts",
+            "router + k experts",
+            arguments="ints",
+            **NUMBER,
+        ),
+        ProtocolFunction(
+            "inference_flops_per_token",
+            ("n_params",),
+            "≈ 2N",
+            "≈ 2N",
+            arguments="a number",
+            **NUMBER,
+        ),
+        ProtocolFunction(
+            "training_flops",
+            ("n_params", "n_tokens"),
+            "≈ 6ND",
+            "≈ 6ND",
+            arguments="numbers",
+            **NUMBER,
+        ),
+        ProtocolFunction(
+            "build_vocab",
+            ("text",),
+            "str: sorted distinct characters",
+            "sorted distinct characters",
+            arguments="str",
+            **NUMBER,
+        ),
+        ProtocolFunction(
+            "encode",
+            ("text", "vocab"),
+            "(n,) ints",
+            "characters -> ids",
+            arguments="text str, vocab str",
+            outputs=("ids",), floating=(),
+        ),
+        ProtocolFunction(
+            "decode",
+            ("ids", "vocab"),
+            "str",
+            "ids -> characters",
+            arguments="ids (n,) int, vocab str",
+            **NUMBER,
+        ),
+        ProtocolFunction(
+            "get_batch",
+            ("data", "batch_size", "seq_len", "seed"),
+            "`(x, y)`, each (batch, seq); y is x shifted by one",
+            "y is x shifted by one",
+            arguments="data (n,) int",
+            outputs=("x", "y"), floating=(),
+        ),
         # version 2: the modern decoder
-        ProtocolFunction("rope", ("x", "positions", "base"), "(..., T, D)", "rotary embedding: pair i at position p rotated by p·base^(-2i/D)",
-                         shown=("x", "positions", "base")),
+        ProtocolFunction(
+            "rope",
+            ("x", "positions", "base"),
+            "(..., T, D): pair i of the vector at position p rotated counter-clockwise by p·θ_i, θ_i = base^(-2i/D)",
+            "rotary embedding: pair i at position p rotated by p·base^(-2i/D)",
+            arguments="x (..., T, D), D even; positions (T,) int; base float (10,000 for Llama 2, 500,000 for Llama 3)",
+            # roundings: the rotated value: x·cos, the partner·sin, their sum, and cos/sin themselves rounded to the dtype
+            shown=("x", "positions", "base"), roundings=4, version=2,
+        ),
         ProtocolFunction(
             "gqa_attention",
             ("q", "k", "v", "causal", "key_mask", "window"),
-            "(out (B, H, T, D), weights (B, H, T, S))",
+            "`(out (B, H, T, D), weights (B, H, T, S))`; `out` alone with `ATTENTION_WEIGHTS = False`",
             "grouped-query attention core; q (B, H, T, D), k, v (B, H_kv, S, D), S >= T; key_mask (B, S) bool or None; window or None",
-            **ATTENTION, shown=("q", "k", "causal", "key_mask", "window"), builds_on=("softmax",),
+            arguments=("q (B, H, T, D), k and v (B, H_kv, S, D), T ≤ S; causal bool; key_mask (B, S) bool (True: may be seen) or None; window "
+                       "int ≥ 1 or None (only with causal)"),
+            # roundings: attention's chain
+            **ATTENTION, shown=("q", "k", "causal", "key_mask", "window"), builds_on=("softmax",), roundings=8, version=2,
         ),
-        ProtocolFunction("swiglu", ("x", "W_gate", "W_up", "W_down"), "(..., d)", "(SiLU(x·W_gate) ⊙ x·W_up)·W_down", shown=("x", "W_gate")),
+        ProtocolFunction(
+            "swiglu",
+            ("x", "W_gate", "W_up", "W_down"),
+            "(..., d): (SiLU(x·W_gate) ⊙ x·W_up)·W_down",
+            "(SiLU(x·W_gate) ⊙ x·W_up)·W_down",
+            arguments="x (..., d), W_gate and W_up (d, F), W_down (F, d)",
+            # roundings: x·W twice, SiLU's exp and division, the product, the last matmul: a few roundings at the terms' scale
+            shown=("x", "W_gate"), roundings=4, version=2,
+        ),
         ProtocolFunction(
             "llama_block",
             ("x", "params", "n_heads", "n_kv_heads", "rope_base", "window"),
             "(B, T, d)",
             "RMSNorm pre-norm block, GQA with RoPE, SwiGLU; params: attn_norm W_q W_k W_v W_o ffn_norm W_gate W_up W_down (+ b_q b_k b_v)",
-            shown=("n_heads", "n_kv_heads", "rope_base", "window"), builds_on=("rms_norm", "rope", "gqa_attention", "swiglu"),
+            arguments="x (B, T, d), params (below), ints, float, int or None",
+            # roundings: two norms, attention's chain and SwiGLU's, two residual sums: the GPT block's 4 × 2, for the extra RoPE and gate
+            shown=("n_heads", "n_kv_heads", "rope_base", "window"), builds_on=("rms_norm", "rope", "gqa_attention", "swiglu"), roundings=8,
+            version=2,
         ),
         ProtocolFunction(
             "llama_logits",
             ("ids", "params", "n_heads", "n_kv_heads", "rope_base", "window"),
-            "(B, T, V)",
+            "(B, T, V); `ValueError` for ids ∉ [0, V)",
             "Llama-style LM; params: embed (V, d), blocks [...], norm (d,), W_out (d, V); ValueError on ids outside [0, V)",
+            arguments="ids (B, T) int, params (below)",
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window"),
-            builds_on=("llama_block", "rms_norm"),
+            builds_on=("llama_block", "rms_norm"), version=2,
         ),
         ProtocolFunction(
             "llama_decode",
             ("ids", "params", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
-            "(logits (B, T, V), cache_sizes (n,) ints)",
+            "`(logits (B, T, V), cache_positions (n, L, H_kv, S) int)`, or `(logits, cache_sizes (n,) int)` for a cache that grows by what it holds",
             "prefill chunks[0] tokens, then each chunk on the implementation's own KV cache",
+            arguments="as `llama_logits`, and chunks (n,) int ≥ 1 summing to T",
             outputs=("logits", "cache_sizes"), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
-            builds_on=("llama_block", "rms_norm"),
+            builds_on=("llama_block", "rms_norm"), version=2,
         ),
         ProtocolFunction(
             "cross_attention",
             ("x", "memory", "W_q", "W_k", "W_v", "W_o", "n_heads"),
-            "(out (B, T, d), weights (B, H, T, S))",
+            "`(out (B, T, d), weights (B, H, T, S))`; `out` alone with `ATTENTION_WEIGHTS = False`",
             "queries from x (B, T, d), keys and values from memory (B, S, d), no mask",
-            **ATTENTION, shown=("x", "memory", "n_heads"), builds_on=("softmax",),
+            arguments="x (B, T, d), memory (B, S, d), each W (d, d)",
+            # roundings: attention's chain
+            **ATTENTION, shown=("x", "memory", "n_heads"), builds_on=("softmax",), roundings=8, version=2,
         ),
         ProtocolFunction(
             "decoder_block",
             ("x", "memory", "params", "n_heads"),
             "(B, T, d)",
             "pre-norm encoder-decoder block: causal self-attention, cross-attention, GELU feed-forward",
-            shown=("x", "memory", "n_heads"), builds_on=("layer_norm", "attention", "cross_attention", "feed_forward"),
+            arguments="x (B, T, d), memory (B, S, d), params (below)",
+            shown=("x", "memory", "n_heads"), builds_on=("layer_norm", "attention", "cross_attention", "feed_forward"), version=2,
         ),
         ProtocolFunction(
             "qk_norm_attention",
             ("x", "params", "n_heads", "n_kv_heads", "positions", "rope_base"),
-            "(out (B, T, d), weights (B, H, T, T))",
+            "`(out (B, T, d), weights (B, H, T, T))`, causal; `out` alone with `ATTENTION_WEIGHTS = False`",
             "causal GQA with QK-norm: each head's q and k RMS-normalised over D before RoPE; params: W_q W_k W_v W_o q_norm k_norm (D,)",
+            arguments="x (B, T, d), params (below), ints, positions (T,) int, float",
             **ATTENTION, shown=("x", "n_heads", "n_kv_heads", "positions", "rope_base"), builds_on=("rms_norm", "rope", "gqa_attention"),
+            # roundings: attention's chain after two projections, a per-head RMSNorm and RoPE; reference.torch needs 1.3 of one
+            # rounding in float16, 0.6 in bfloat16, 0.04 in float32 (3,000 random calls each)
+            roundings=8, version=2, details=QK_NORM_DETAILS,
         ),
     )
 }

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import declared, declared_skip, returns_weights, rms_norm_eps, rounds_in_float32
+from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
@@ -35,6 +36,9 @@ from invariants.rope import angle_error, assert_close_to_a_pairing, rope_pairing
 from invariants.tolerance import ROUNDINGS, Tolerance
 from strategies.core import float_arrays, integers, sampled_from
 from strategies.decoder import qk_norm_args, qk_norm_inputs
+
+LESSON = 145  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("qk_norm_attention",)  # the protocol functions whose laws it holds
 
 ROUNDING = ROUNDINGS["qk_norm_attention"]
 POWERS_OF_TWO = (0.25, 0.5, 2.0, 4.0)  # scale factors exact in every dtype
@@ -48,6 +52,12 @@ def draw_qk_norm_inputs(impl, case, label="inputs", **options):
     if declared(impl, "ROPE_THETA") is not None:
         options["bases"] = (declared(impl, "ROPE_THETA"),)
     return case.draw(qk_norm_inputs(**options), label)
+
+
+@valid_inputs("qk_norm_attention")
+def qk_norm_attention_inputs(impl, case):
+    """The arguments of one qk_norm_attention call, in protocol order (short sequences: the laws over every entry)."""
+    return qk_norm_args(draw_qk_norm_inputs(impl, case, max_seq=3))
 
 
 def attend(impl, inputs, call, **changes):

@@ -13,22 +13,40 @@ can be used inside anyone's own hypothesis test.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+# How a component module declares itself, at the top level of its source: LESSON = <number>, HOLDS = (<names>,).
+_DECLARATIONS = {"LESSON": re.compile(r"^LESSON = ([0-9.]+)", re.MULTILINE), "HOLDS": re.compile(r"^HOLDS = (\([^)]*\))", re.MULTILINE)}
+
+
+def discover_components(folder=Path(__file__).parent):
+    """{component: the protocol functions whose laws it holds}, in lesson order: every module of this package that declares
+    HOLDS (a tuple of protocol function names) and LESSON (a number: where a lesson meets it), read from its source without
+    importing it (component modules import this one)."""
+    found = []
+    for path in sorted(Path(folder).glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        declared = {name: pattern.search(text) for name, pattern in _DECLARATIONS.items()}
+        if not any(declared.values()):
+            continue
+        if not all(declared.values()):
+            raise ValueError(f"component module invariants/{path.name} must declare both HOLDS and LESSON at its top level")
+        lesson, holds = (ast.literal_eval(declared[name].group(1)) for name in ("LESSON", "HOLDS"))
+        found.append((lesson, path.stem, tuple(holds)))
+    lessons = [lesson for lesson, _, _ in found]
+    if len(set(lessons)) != len(lessons):
+        raise ValueError(f"two component modules declare the same LESSON: {sorted(lessons)}")
+    return {component: holds for _, component, holds in sorted(found)}
+
 
 # One module per component, in the order a lesson meets them, with the protocol functions whose laws it holds
 # (invariants.diagnosis reads what each builds on from their entries); dtypes holds a law over every entry.
-COMPONENTS = {
-    "softmax": ("softmax", "cross_entropy"), "norms": ("layer_norm", "rms_norm"), "activation": ("gelu",), "attention": ("attention",),
-    "feed_forward": ("feed_forward",), "block": ("transformer_block",), "model": ("gpt_logits",),
-    "moe": ("top_k_gates", "moe", "load_balancing_loss", "tokens_per_expert"), "rope": ("rope",), "gqa": ("gqa_attention",),
-    "masking": ("gqa_attention",), "swiglu": ("swiglu",), "llama": ("llama_block", "llama_logits"), "decoding": ("llama_decode",),
-    "qk_norm": ("qk_norm_attention",),
-    "cross_attention": ("cross_attention", "decoder_block"),
-    "counts": ("gpt_param_count", "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops"),
-    "course": ("build_vocab", "encode", "decode", "get_batch"), "dtypes": (),
-}
+COMPONENTS = discover_components()
 
 REGISTRY: dict = {}
 

@@ -28,6 +28,9 @@ from invariants.tolerance import ROUNDINGS, Tolerance, agreement_tolerance, tole
 from strategies.core import float_arrays, integers
 from strategies.decoder import rope_inputs
 
+LESSON = 90  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("rope",)  # the protocol functions whose laws it holds
+
 ANGLE_UNIT = {"float64": 2.0**-53}  # the unit roundoff an angle p·θ carries; float32 (2^-24) for float32 and below
 
 

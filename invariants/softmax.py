@@ -16,6 +16,9 @@ from invariants.tolerance import agreement_tolerance
 from strategies.core import integers, sampled_from
 from strategies.softmax import large_logits, logits, shifts, targets
 
+LESSON = 10  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("softmax", "cross_entropy")  # the protocol functions whose laws it holds
+
 COURSE_VOCAB = 28  # the P01 character vocabulary: ' .abcdefghijklmnopqrstuvwxyz'
 
 

@@ -20,6 +20,9 @@ from invariants.tolerance import ROUNDINGS
 from strategies.core import sampled_from
 from strategies.decoder import swiglu_inputs
 
+LESSON = 120  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
+HOLDS = ("swiglu",)  # the protocol functions whose laws it holds
+
 DIAGONALS = (1.0, 2.0, 0.5, -1.0, -2.0, 3.0)  # gate and up scales a, b: signs and sizes where SiLU(a·x)·b·x and SiLU(b·x)·a·x differ
 _OTHER_DIAGONALS = {a: sampled_from(tuple(b for b in DIAGONALS if b != a)) for a in DIAGONALS}
 POWERS_OF_TWO = (2.0, 0.5, 4.0, -1.0, -2.0, 0.25, -0.5, 8.0)

@@ -37,23 +37,17 @@ MEASURED_SUM_LENGTH = 8
 # Agreement between two float64 implementations of the same maths (the P01 course's figure).
 FLOAT64_AGREEMENT = 1e-10
 
-# Rounding budgets: how many roundings of its dtype a correct answer of a protocol function composes, the factor its
-# checks scale the table by (Tolerance.scaled, reference_tolerance), measured with the factors and never tuned to pass.
-ROUNDINGS = {
-    # attention: the roundings between its inputs and its output (q, k, q·kᵀ, /√D, the softmax, v, weights @ v, @ W_o), where
-    # the table allows for one operation; the softmax also passes the scores' absolute error on as the weights' relative error.
-    # Measured on reference.torch over 2000 examples: the worst error is 0.32 of the bound so scaled in float16 (the weights),
-    # 0.16 in bfloat16.
-    "attention": 8,
-    "gqa_attention": 8,  # the same chain
-    "cross_attention": 8,  # the same chain
-    "llama_block": 8,  # two norms, attention's chain and SwiGLU's, two residual sums: the GPT block's 4 × 2, for the extra RoPE and gate
-    "rope": 4,  # the rotated value: x·cos, the partner·sin, their sum, and cos/sin themselves rounded to the dtype
-    "swiglu": 4,  # x·W twice, SiLU's exp and division, the product, the last matmul: a few roundings at the terms' scale
-    # attention's chain after two projections, a per-head RMSNorm and RoPE; reference.torch needs 1.3 of one rounding in float16,
-    # 0.6 in bfloat16, 0.04 in float32 (3,000 random calls each)
-    "qk_norm_attention": 8,
-}
+
+
+def __getattr__(name):
+    """ROUNDINGS: {protocol function: its rounding budget}, read from the entries (invariants.protocol.FUNCTIONS, field `roundings`):
+    how many roundings of its dtype a correct answer composes, the factor its checks scale the table by (Tolerance.scaled,
+    reference_tolerance), measured with the factors and never tuned to pass. Read lazily: the protocol module imports this one."""
+    if name == "ROUNDINGS":
+        from invariants.protocol import FUNCTIONS
+
+        return {entry.name: entry.roundings for entry in FUNCTIONS.values() if entry.roundings is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

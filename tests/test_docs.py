@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants.__main__ import BEGIN, END, catalogue_markdown
+from invariants.__main__ import BEGIN, END, catalogue_markdown, protocol_markdown, protocol_markers
 from invariants.asserts import InvariantViolation
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
@@ -34,6 +34,16 @@ def test_every_component_has_invariants_with_a_statement_and_a_hint():
 def test_protocol_document_names_every_function():
     documented = set(re.findall(r"`(\w+)\(", (ROOT / "docs" / "protocol.md").read_text()))
     assert set(FUNCTIONS) <= documented, sorted(set(FUNCTIONS) - documented)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_protocol_tables_are_generated_from_the_entries(version):
+    """docs/protocol.md's table of each version is `python -m invariants --protocol N`: a row per entry of that version, then their details."""
+    begin, end = protocol_markers(version)
+    listed = (ROOT / "docs" / "protocol.md").read_text().split(begin)[1].split(end)[0].strip()
+    assert listed == protocol_markdown(version).strip(), f"docs/protocol.md is out of date: paste `python -m invariants --protocol {version}`"
+    rows = [line for line in listed.splitlines() if line.startswith("| `")]
+    assert len(rows) == sum(entry.version == version for entry in FUNCTIONS.values()) > 0
 
 
 def test_readme_commands_are_what_ci_runs():
