@@ -16,7 +16,7 @@ import pytest
 
 from gate import wire
 from gate.cli import main
-from gate.config import ConfigError, load_assignment
+from gate.config import ConfigError, load_assignment, shipped_assignments
 from gate.grade import derive_seed, grade
 from gate.result import EXIT_CODES, FAILED, GATE_ERROR, PASSED, STATUSES, without_volatile
 from gate.scan import scan_source
@@ -145,9 +145,20 @@ def test_pyproject_table_is_an_assignment(tmp_path):
     assert load_assignment(path).name == "from pyproject"
 
 
+def test_a_shipped_assignment_is_found_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # from any folder, as from a wheel: the name finds the package's own file
+    a = load_assignment("p01")
+    assert Path(a.path) == ROOT / "gate" / "assignments" / "p01.toml" and a.name == load_assignment(Path(a.path)).name
+    assert shipped_assignments() == ["lesson", "llama", "p01"]
+    with pytest.raises(ConfigError, match=r"^no shipped assignment 'p02' \(shipped: lesson, llama, p01\); pass a path such as p02.toml"):
+        load_assignment("p02")
+    with pytest.raises(ConfigError, match=r"^no assignment file 'p01.toml'"):  # a suffix makes it a path, here a missing one
+        load_assignment("p01.toml")
+
+
 @pytest.mark.parametrize("name", ["p01.toml", "lesson.toml"])
 def test_shipped_assignments_load(name):
-    a = load_assignment(ROOT / "assignments" / name)
+    a = load_assignment(ROOT / "gate" / "assignments" / name)
     names = {s.name for s in a.selected}
     assert {"attention.causal_non_leakage", "block.residual_identity", "model.causal_non_leakage", "course.tokenizer_round_trip"} <= names
     assert "torch.nn.functional.scaled_dot_product_attention" in a.forbidden and a.on_forbidden == "fail"
