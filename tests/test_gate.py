@@ -184,9 +184,33 @@ def test_source_scan_resolves_aliases():
 
 def test_source_scan_lets_the_shipped_modules_through_and_nothing_beside_them():
     source = ("from adapters import toolkit as tk\nimport adapters.toolkit\nimport adapters\nfrom adapters import gpt2, toolkit\n"
-              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\n")
+              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\nfrom adapters.toolkit import layer_norm\n")
     found = scan_source(source, "s.py", forbidden=[], blocked={"adapters"}, shipped={"adapters", "adapters.toolkit"})
     assert [(e["name"], e["where"]) for e in found] == [("adapters.gpt2", "s.py:4"), ("adapters.mixtral", "s.py:5")]
+
+
+def test_the_guard_opens_a_blocked_package_to_its_shipped_modules_alone(tmp_path):
+    """With pkg blocked and pkg.tools.kit shipped, `import pkg.tools.kit` loads the copy; pkg.secret is refused even where it exists."""
+    lib, elsewhere = tmp_path / "lib", tmp_path / "site"
+    (lib / "pkg" / "tools").mkdir(parents=True)
+    (lib / "pkg" / "tools" / "__init__.py").write_text("")
+    (lib / "pkg" / "tools" / "kit.py").write_text("VALUE = 'the copy'\n")
+    (elsewhere / "pkg").mkdir(parents=True)
+    (elsewhere / "pkg" / "__init__.py").write_text("")
+    (elsewhere / "pkg" / "secret.py").write_text("VALUE = 'the secret'\n")
+    shipped = {"pkg.tools": str(lib / "pkg" / "tools" / "__init__.py"), "pkg.tools.kit": str(lib / "pkg" / "tools" / "kit.py")}
+    code = (f"import sys; sys.path.append({str(elsewhere)!r}); from gate.worker import Guard\n"
+            f"guard = Guard(['pkg'], [], {str(tmp_path / 'submission')!r}, {shipped!r}); guard.install()\n"
+            "import pkg.tools.kit; print(pkg.tools.kit.VALUE, list(pkg.__path__))\n"
+            "try:\n    import pkg.secret\nexcept ImportError as exc:\n    print(exc)\n"
+            "print([e['name'] for e in guard.evidence])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"the copy [{str(lib / 'pkg')!r}]",
+        "the gate does not let a submission import 'pkg.secret': that is the course's own code (of pkg, a submission may import pkg.tools.kit)",
+        "['pkg.secret']",
+    ]
 
 
 def test_output_is_escaped_and_capped():
