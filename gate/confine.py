@@ -342,9 +342,12 @@ def copy_runtime(target):
         path = target / dst
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / src, path)
-    (target / "gate" / "__init__.py").write_text('"""The gate\'s worker code, copied into the sandbox on its own."""\n')
-    os.chmod(target / "gate" / "__init__.py", 0o644)
-    for folder in {target} | {target / parent for _, dst in RUNTIME_FILES for parent in Path(dst).parents if parent != Path(".")}:
+    folders = {parent for _, dst in RUNTIME_FILES for parent in Path(dst).parents if parent != Path(".")}
+    for package in folders:  # the worker's: regular packages, so that RUNTIME (sys.path[0]) wins over an installed project
+        if package.parts[0] != SHIPPED_FOLDER and not (target / package / "__init__.py").exists():
+            (target / package / "__init__.py").write_text('"""The gate\'s worker code, copied into the sandbox on its own."""\n')
+            os.chmod(target / package / "__init__.py", 0o644)
+    for folder in {target} | {target / folder for folder in folders}:
         os.chmod(folder, 0o755)
     for _, dst in RUNTIME_FILES:
         os.chmod(target / dst, 0o644)

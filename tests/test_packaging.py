@@ -38,5 +38,5 @@ def test_the_wheel_carries_the_markers_and_the_data():
     data = PYPROJECT["tool"]["setuptools"]["package-data"]
     for package in ("invariants", "strategies"):
         assert "py.typed" in data[package] and (ROOT / package / "py.typed").is_file()
-    assert "assignments/*.toml" in data["gate"]
+    assert any("assignments/*.toml" in globs for globs in data.values())
     assert shipped_assignments() == sorted(p.stem for p in SHIPPED_ASSIGNMENTS.glob("*.toml")) and "p01" in shipped_assignments()
