@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOP_LEVEL = {"accounting", "adapters", "gate", "htmlreport", "invariants", "mutants", "reference", "strategies"}  # what the wheel installs
-DATA = ("invariants/py.typed", "strategies/py.typed", "invariants/signatures.json", "accounting/configs/gpt2.json", "gate/assignments/p01.toml")
+DATA = ("invariants/py.typed", "strategies/py.typed", "invariants/signatures.json",  # the markers and the data the package reads
+        "accounting/configs/gpt2.json", "gate/assignments/p01.toml")
 INVARIANT = "layer_norm_known_values"  # one invariant, a second or two on reference.numpy
 SUBMISSION = ROOT / "examples" / "submissions" / "good_student"  # passes P01 (examples/reports/good_student)
 

@@ -37,7 +37,7 @@ SECTIONS = {
     "declarations": None,  # convention = [values a submission may declare], checked key by key
 }
 ENTRY_KEYS = {"select", "points", "visibility", "exclude"}
-SHIPPED_ASSIGNMENTS = Path(__file__).resolve().parent / "assignments"  # `-a p01` is gate/assignments/p01.toml, in a clone or a wheel
+SHIPPED_ASSIGNMENTS = Path(__file__).resolve().parent / "assignments"  # `-a p01` reads p01.toml here, in a clone or a wheel
 
 
 class ConfigError(Exception):

@@ -45,10 +45,15 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/l
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SWITCH_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID")  # what root's worker needs to switch to its own uid
 BOUNDING_CAPABILITY = "CAP_SETPCAP"  # what it needs to empty its bounding set; the worker drops all three before any submission code
-SHIPPED_MODULES = {"adapters": "adapters/__init__.py", "adapters.toolkit": "adapters/toolkit.py"}  # the project's code a submission may import
+SHIPPED_MODULES = {  # the project's code a submission may import
+    "adapters": "adapters/__init__.py",
+    "adapters.toolkit": "adapters/toolkit.py",
+}
 SHIPPED_FOLDER = "lib"  # where under RUNTIME their copies lie
-RUNTIME_FILES = (("gate/worker.py", "gate/worker.py"), ("gate/wire.py", "gate/wire.py"), ("invariants/boundary.py", "invariants/boundary.py"),
-                 *((path, f"{SHIPPED_FOLDER}/{path}") for path in SHIPPED_MODULES.values()))
+RUNTIME_FILES = (  # (the file in the project, its copy under RUNTIME)
+    *((path, path) for path in ("gate/worker.py", "gate/wire.py", "invariants/boundary.py")),
+    *((path, f"{SHIPPED_FOLDER}/{path}") for path in SHIPPED_MODULES.values()),
+)
 PROBE_SECONDS = 20
 ENV = "INVARIANTS_GATE_TOOL"  # overrides the assignment's [sandbox] tool (tests, and hosts where a probe misleads)
 

@@ -183,8 +183,10 @@ def test_source_scan_resolves_aliases():
 
 
 def test_source_scan_lets_the_shipped_modules_through_and_nothing_beside_them():
-    source = ("from adapters import toolkit as tk\nimport adapters.toolkit\nimport adapters\nfrom adapters import gpt2, toolkit\n"
-              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\nfrom adapters.toolkit import layer_norm\n")
+    source = ("from adapters import toolkit as tk\nimport adapters.toolkit\n"
+              "import adapters\nfrom adapters import gpt2, toolkit\n"
+              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\n"
+              "from adapters.toolkit import layer_norm\n")
     found = scan_source(source, "s.py", forbidden=[], blocked={"adapters"}, shipped={"adapters", "adapters.toolkit"})
     assert [(e["name"], e["where"]) for e in found] == [("adapters.gpt2", "s.py:4"), ("adapters.mixtral", "s.py:5")]
 
