@@ -12,11 +12,11 @@ Families: GPT-2, Llama (tied and untied heads), Mistral, Qwen2, Mixtral, DeepSee
 from __future__ import annotations
 
 from accounting.card import BITS, card, format_card, kv_values_per_token, weight_bytes
-from accounting.config import STYLES, ConfigError, Model, known_models, model_from_config, read_config
+from accounting.config import STYLES, ConfigError, ConfigSource, Model, known_models, model_from_config, read_config
 from accounting.count import PARTS, Count, Tensor, count, tensor_shapes
 
 
-def param_count(source):
+def param_count(source: ConfigSource) -> Count:
     """The Count (total, active, non_embedding, parts, active_parts) of a known model's name, a config.json path or a mapping."""
     return count(model_from_config(read_config(source)))
 

@@ -13,20 +13,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
+from typing import Any
 
-from accounting.config import ConfigError, read_config, read_model
+from accounting.config import ConfigError, ConfigSource, Model, read_config, read_model
 from accounting.count import PARTS, count
 from reference.counts import inference_flops_per_token, training_flops
 
 BITS = {"float32": 32, "bfloat16": 16, "int8": 8, "4-bit": 4}  # per weight or cached value
 
 
-def weight_bytes(n_params, dtype):
+def weight_bytes(n_params: int, dtype: str) -> int:
     """Bytes of n_params weights stored in dtype, the weights alone (no quantisation scales, no optimiser state); 4-bit rounds up."""
     return -(-n_params * BITS[dtype] // 8)
 
 
-def kv_values_per_token(m):
+def kv_values_per_token(m: Model) -> int:
     """Values the KV cache stores per token of context: 2·L·H_kv·D, or L·(kv_lora_rank + qk_rope_head_dim) for MLA."""
     if m.style == "mla":
         return m.n_layers * (m.kv_lora_rank + m.qk_rope_dim)
@@ -39,7 +41,7 @@ def kv_formula(m):
     return f"2·L·H_kv·D·bytes = 2·{m.n_layers}·{m.n_kv_heads}·{m.d_head}·bytes"
 
 
-def card(source, *, overrides=None, tokens=None):
+def card(source: ConfigSource, *, overrides: Mapping[str, Any] | None = None, tokens: float | None = None) -> dict[str, Any]:
     """Everything the card shows, as plain JSON-ready values, for a known model's name, a config path or a mapping.
 
     overrides replace config keys first ({"tie_word_embeddings": False}, or an alias: num_hidden_layers
@@ -111,7 +113,7 @@ def _shape_line(a):
     return " · ".join(bits)
 
 
-def format_card(data):
+def format_card(data: Mapping[str, Any]) -> str:
     """The card as a terminal table."""
     p, a = data["parameters"], data["architecture"]
     total = p["total"]

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Union
 
 # model_type: the block's style. "gpt2": LayerNorm, GELU MLP with biases, learned positions;
 # "llama": RMSNorm, SwiGLU MLP, rotary positions; "mla": the llama style with DeepSeek's multi-head latent attention.
@@ -150,7 +152,7 @@ def _divides(key, value, of_key, of):
         raise bad_key(key, f"a divisor of {of_key} ({of})", value)
 
 
-def model_from_config(config):
+def model_from_config(config: Mapping[str, Any]) -> Model:
     """The Model a config.json-shaped mapping describes; ConfigError (one line) when it describes none."""
     return read_model(config)[0]
 
@@ -301,14 +303,15 @@ def _mla(r, model_type):
 # -- where configs come from ---------------------------------------------------------------
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
+ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]  # a known model's name, a config.json path or folder, or the config itself
 
 
-def known_models():
+def known_models() -> list[str]:
     """The shipped configs' names (the JSON files' stems), sorted: gpt2, llama-3-8b, mixtral-8x7b, ..."""
     return sorted(path.stem for path in CONFIGS.glob("*.json"))
 
 
-def read_config(source):
+def read_config(source: ConfigSource) -> dict[str, Any]:
     """A config mapping from a known model's name, a config.json path, or a folder holding one; ConfigError otherwise."""
     if isinstance(source, Mapping):
         return dict(source)

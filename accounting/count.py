@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accounting.config import Model
 
 # The breakdown, in the order a token meets the parts.
 PARTS = ("embeddings", "attention", "feed_forward", "shared_experts", "experts", "router", "norms", "head")
@@ -73,7 +77,7 @@ def norms_params(m):
     return m.n_layers * (2 * d + latents) + d
 
 
-def count(m):
+def count(m: Model) -> Count:
     """The Count of Model m: each part in closed form."""
     V, d, L = m.vocab, m.d_model, m.n_layers
     E, k, moe = m.n_experts, m.experts_per_token, m.moe_layers
@@ -180,7 +184,7 @@ def _llama_tensors(m):
     yield Tensor("model.norm.weight", "norms", (d,))
 
 
-def tensor_shapes(m):
+def tensor_shapes(m: Model) -> list[Tensor]:
     """Every parameter tensor of Model m, named and shaped as transformers 5 builds it (a tied head appears once, as the embedding)."""
     tensors = list(_gpt2_tensors(m) if m.style == "gpt2" else _llama_tensors(m))
     if not m.tied:

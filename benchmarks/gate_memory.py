@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 HOSTILE_TOML = ROOT / "tests" / "fixtures" / "assignments" / "hostile.toml"
 CASES = {  # name: (submission, assignment)
-    "good_student_p01": (ROOT / "examples" / "submissions" / "good_student", ROOT / "assignments" / "p01.toml"),
+    "good_student_p01": (ROOT / "examples" / "submissions" / "good_student", ROOT / "gate" / "assignments" / "p01.toml"),
     "control_good": (HOSTILE / "good.py", HOSTILE_TOML),
     "huge_bool_answer": (HOSTILE / "huge_bool_answer.py", HOSTILE_TOML),
     "huge_wrong_shape": (HOSTILE / "huge_wrong_shape.py", HOSTILE_TOML),

@@ -1,4 +1,4 @@
-"""Regenerate examples/reports/ from examples/submissions/ with assignments/p01.toml.
+"""Regenerate examples/reports/ from examples/submissions/ with gate/assignments/p01.toml.
 
     python examples/regenerate.py
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = "examples/submissions"
-ASSIGNMENT = "assignments/p01.toml"
+ASSIGNMENT = "gate/assignments/p01.toml"
 
 
 def normalise(folder):

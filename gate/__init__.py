@@ -1,6 +1,6 @@
 """The CI gate: grade untrusted transformer submissions with a verdict they cannot fake.
 
-    invariants-gate student.zip -a assignments/p01.toml -o reports/      (docs/gate.md)
+    invariants-gate student.zip -a p01 -o reports/      (docs/gate.md)
 
 The trusted parent (gate.grade) runs hypothesis, the reference and every comparison; the
 submission runs in a worker process (gate.worker, started by gate.sandbox) that the kernel

@@ -1,7 +1,7 @@
 """Grade a folder of submissions in parallel, or one shard of it; merge shards into one class summary.
 
-    invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --jobs 2            # one machine
-    invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --shard 3/8         # one CI job of eight
+    invariants-gate --batch submissions/ -a p01 -o reports/ --jobs 2            # one machine
+    invariants-gate --batch submissions/ -a p01 -o reports/ --shard 3/8         # one CI job of eight
     invariants-gate --merge reports/ -o reports/                                                 # after the eight
 
 A shard grades the submissions whose position in the sorted folder is K-1 modulo N, writes one

@@ -1,10 +1,10 @@
 """invariants-gate: grade a submission (or a folder of them) against an assignment file.
 
-    invariants-gate student.zip -a assignments/p01.toml -o reports/
-    invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --jobs 2
-    invariants-gate --batch submissions/ -a assignments/p01.toml -o reports/ --shard 3/8   # one CI job of eight
+    invariants-gate student.zip -a p01 -o reports/
+    invariants-gate --batch submissions/ -a p01 -o reports/ --jobs 2
+    invariants-gate --batch submissions/ -a p01 -o reports/ --shard 3/8   # one CI job of eight
     invariants-gate --merge shards/ -o summary/                                              # the class summary of all eight
-    invariants-gate my_code/ -a assignments/p01.toml --visible-only      # a student's preview
+    invariants-gate my_code/ -a p01 --visible-only      # a student's preview
 
 Exit codes: 0 passed, 1 failed, 2 usage or assignment-file error, 3 not gradable, 4 gate error.
 A batch (and a merge) exits 0 when every submission got a verdict, 4 when the gate failed on any.
@@ -33,7 +33,8 @@ def _parser():
                "A batch exits 0 when every submission got a verdict, 4 if the gate failed on any. See docs/gate.md.",
     )
     p.add_argument("submissions", nargs="*", help="a .py file, a folder (package or modules) or a .zip; with --batch, folders of them")
-    p.add_argument("-a", "--assignment", help="assignment file (TOML, or a pyproject.toml with [tool.invariants-gate])")
+    p.add_argument("-a", "--assignment", help="assignment file (TOML, or a pyproject.toml with [tool.invariants-gate]), "
+                                              "or a shipped one by name (p01: gate/assignments/p01.toml)")
     p.add_argument("-o", "--out", default="gate-reports", help="folder for the reports (default: gate-reports)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated report formats (default: all of {','.join(FORMATS)})")
     p.add_argument("--batch", action="store_true", help="each SUBMISSION is a folder holding many submissions")
@@ -143,7 +144,7 @@ def main(argv=None):
                 print("invariants-gate: --shard splits a --batch: add --batch FOLDER", file=sys.stderr)
                 return R.USAGE_ERROR_EXIT
         if not args.assignment:
-            print("invariants-gate: pass the assignment file with -a/--assignment (e.g. assignments/p01.toml)", file=sys.stderr)
+            print("invariants-gate: pass the assignment file with -a/--assignment (a file, or a shipped one by name: -a p01)", file=sys.stderr)
             return R.USAGE_ERROR_EXIT
         if not args.submissions:
             print("invariants-gate: name a submission (a .py file, a folder or a .zip)", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Assignment files: which invariants are required, their points and visibility, limits, forbidden APIs.
 
 A TOML file (or the [tool.invariants-gate] table of a pyproject.toml); docs/gate.md has the
-format and assignments/p01.toml an example. Every name is checked against the registry, so a
+format and gate/assignments/p01.toml an example. Every name is checked against the registry, so a
 typo is an error that names the key, the value and the fix, never an invariant silently lost.
 """
 
@@ -37,6 +37,7 @@ SECTIONS = {
     "declarations": None,  # convention = [values a submission may declare], checked key by key
 }
 ENTRY_KEYS = {"select", "points", "visibility", "exclude"}
+SHIPPED_ASSIGNMENTS = Path(__file__).resolve().parent / "assignments"  # `-a p01` reads p01.toml here, in a clone or a wheel
 
 
 class ConfigError(Exception):
@@ -222,9 +223,25 @@ def _resolve(entries, registry, backend, where):
     return tuple(chosen), tuple((n, r) for n, r in excluded.items() if n not in seen)
 
 
+def shipped_assignments():
+    """The names of the assignments shipped with the gate (p01, lesson, llama), sorted."""
+    return sorted(p.stem for p in SHIPPED_ASSIGNMENTS.glob("*.toml"))
+
+
+def assignment_path(name_or_path):
+    """The file an `-a` argument names: a bare name without a folder or suffix (p01) is a shipped assignment, anything else a path."""
+    text = str(name_or_path)
+    if "/" in text or "\\" in text or Path(text).suffix:
+        return Path(text)
+    if text not in shipped_assignments():
+        raise ConfigError(f"no shipped assignment {text!r} (shipped: {', '.join(shipped_assignments())}); "
+                          f"pass a path such as {text}.toml for a file of your own")
+    return SHIPPED_ASSIGNMENTS / f"{text}.toml"
+
+
 def load_assignment(path):
-    """Read and validate an assignment file (TOML, or pyproject.toml's [tool.invariants-gate])."""
-    path = Path(path)
+    """Read and validate an assignment file (TOML, or pyproject.toml's [tool.invariants-gate]), or a shipped one by name (p01)."""
+    path = assignment_path(path)
     try:
         raw = path.read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))

@@ -45,10 +45,15 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/l
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SWITCH_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID")  # what root's worker needs to switch to its own uid
 BOUNDING_CAPABILITY = "CAP_SETPCAP"  # what it needs to empty its bounding set; the worker drops all three before any submission code
-SHIPPED_MODULES = {"adapters": "adapters/__init__.py", "adapters.toolkit": "adapters/toolkit.py"}  # the project's code a submission may import
+SHIPPED_MODULES = {  # the project's code a submission may import
+    "adapters": "adapters/__init__.py",
+    "adapters.toolkit": "adapters/toolkit.py",
+}
 SHIPPED_FOLDER = "lib"  # where under RUNTIME their copies lie
-RUNTIME_FILES = (("gate/worker.py", "gate/worker.py"), ("gate/wire.py", "gate/wire.py"), ("invariants/boundary.py", "invariants/boundary.py"),
-                 *((path, f"{SHIPPED_FOLDER}/{path}") for path in SHIPPED_MODULES.values()))
+RUNTIME_FILES = (  # (the file in the project, its copy under RUNTIME)
+    *((path, path) for path in ("gate/worker.py", "gate/wire.py", "invariants/boundary.py")),
+    *((path, f"{SHIPPED_FOLDER}/{path}") for path in SHIPPED_MODULES.values()),
+)
 PROBE_SECONDS = 20
 ENV = "INVARIANTS_GATE_TOOL"  # overrides the assignment's [sandbox] tool (tests, and hosts where a probe misleads)
 
@@ -342,9 +347,12 @@ def copy_runtime(target):
         path = target / dst
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / src, path)
-    (target / "gate" / "__init__.py").write_text('"""The gate\'s worker code, copied into the sandbox on its own."""\n')
-    os.chmod(target / "gate" / "__init__.py", 0o644)
-    for folder in {target} | {target / parent for _, dst in RUNTIME_FILES for parent in Path(dst).parents if parent != Path(".")}:
+    folders = {parent for _, dst in RUNTIME_FILES for parent in Path(dst).parents if parent != Path(".")}
+    for package in folders:  # the worker's: regular packages, so that RUNTIME (sys.path[0]) wins over an installed project
+        if package.parts[0] != SHIPPED_FOLDER and not (target / package / "__init__.py").exists():
+            (target / package / "__init__.py").write_text('"""The gate\'s worker code, copied into the sandbox on its own."""\n')
+            os.chmod(target / package / "__init__.py", 0o644)
+    for folder in {target} | {target / folder for folder in folders}:
         os.chmod(folder, 0o755)
     for _, dst in RUNTIME_FILES:
         os.chmod(target / dst, 0o644)

@@ -1,6 +1,6 @@
 """Grade one submission: run the assignment's invariants in the parent against the worker, fail closed.
 
-    result = grade("student.zip", load_assignment("assignments/p01.toml"))
+    result = grade("student.zip", load_assignment("gate/assignments/p01.toml"))
 
 The parent owns hypothesis, the reference and every comparison; the submission answers from
 a confined worker (gate.sandbox). The verdict comes from the assignment's list alone: an

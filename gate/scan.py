@@ -56,8 +56,9 @@ def scan_source(text, filename, *, forbidden, blocked, own_modules=(), shipped=(
                     top = alias.name.split(".")[0]
                     aliases[top] = top
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] if node.module not in shipped else [f"{node.module}.{alias.name}" for alias in node.names
-                                                                       if f"{node.module}.{alias.name}" not in shipped]
+            package = any(name.startswith(f"{node.module}.") for name in shipped)  # a shipped module's names are its own
+            names = [node.module] if node.module not in shipped else [] if not package else [
+                f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" not in shipped]
             for name in names:  # from adapters import toolkit is the shipped module; from adapters import gpt2 is not
                 if blocked_module(name):
                     add("blocked_import", name, node, "import of the course's own code")

@@ -29,6 +29,7 @@ import faulthandler
 import fnmatch
 import functools
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -281,15 +282,28 @@ class Guard(importlib.abc.MetaPathFinder):
         return any(os.path.exists(os.path.join(entry, top + suffix)) for entry in sys.path if entry.startswith(self.root)
                    for suffix in (".py", "", ".pyc"))
 
+    def _above_shipped(self, fullname):
+        """The folder of the shipped copies' package `fullname` when it only holds shipped modules (a.b for a.b.c), or None."""
+        for name, origin in self.shipped.items():
+            if name.startswith(fullname + "."):
+                levels = name.count(".") - fullname.count(".") + origin.endswith("__init__.py")  # a/b/c.py or a/b/c/__init__.py up to a/b
+                return str(Path(origin).parents[levels - 1])
+        return None
+
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.split(".")[0]
         if fullname in self.shipped and not self._own_module(top):  # the copy under RUNTIME, wherever else the project is installed
             origin = self.shipped[fullname]
             package = [os.path.dirname(origin)] if origin.endswith("__init__.py") else None
             return importlib.util.spec_from_file_location(fullname, origin, submodule_search_locations=package)
+        above = None if fullname in self.shipped or self._own_module(top) else self._above_shipped(fullname)
+        if above is not None:  # a package above a shipped module: a namespace of the shipped copies alone
+            spec = importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+            spec.submodule_search_locations = [above]
+            return spec
         if top in self.blocked and not self._own_module(top):
             self.record("blocked_import", fullname, "import of the course's own code")
-            allowed = sorted(name for name in self.shipped if name.split(".")[0] == top and name != top)
+            allowed = sorted(name for name in self.shipped if name.split(".")[0] == top and not self._above_shipped(name))
             also = f" (of {top}, a submission may import {' and '.join(allowed)})" if allowed else ""
             raise ImportError(f"the gate does not let a submission import {fullname!r}: that is the course's own code{also}", name=fullname)
         if fullname in self._hooked:

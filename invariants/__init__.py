@@ -8,7 +8,12 @@ below are imported on first use, so that the pytest plugin in this package costs
 that does not run the invariants nothing.
 """
 
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"  # the distribution's version (pyproject.toml reads it); CHANGELOG.md says what changed
 
 _EXPORTS = {
     "invariants.asserts": ("InvariantViolation", "assert_close", "assert_equal", "assert_finite", "assert_shape", "assert_where"),
@@ -22,7 +27,16 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = sorted(_MODULE_OF)
 
 
-def __getattr__(name):
+if TYPE_CHECKING:  # what a type checker sees of the lazy names above (tests/test_packaging.py keeps the two lists equal)
+    from invariants.asserts import InvariantViolation, assert_close, assert_equal, assert_finite, assert_shape, assert_where  # noqa: F401
+    from invariants.profiles import PROFILES, profile_settings  # noqa: F401
+    from invariants.protocol import FUNCTIONS, PROTOCOL_VERSION, Implementation, load_implementation  # noqa: F401
+    from invariants.registry import REGISTRY, Invariant, all_invariants, invariant  # noqa: F401
+    from invariants.runner import Case, InvariantSkipped, Outcome, run_invariant  # noqa: F401
+    from invariants.tolerance import TOLERANCES, Tolerance, tolerance_for  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
     if name not in _MODULE_OF:
         raise AttributeError(f"module 'invariants' has no attribute {name!r}")
     value = getattr(importlib.import_module(_MODULE_OF[name]), name)
@@ -30,5 +44,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__

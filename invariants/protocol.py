@@ -18,8 +18,10 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -458,7 +460,8 @@ class Implementation:
     `raw(name)` gives the function itself, for checks that need autograd (in process only).
     """
 
-    def __init__(self, namespace=None, *, label, backend, device="cpu", dtype="float64", transport=None):
+    def __init__(self, namespace: object = None, *, label: str, backend: str, device: str = "cpu", dtype: str = "float64",
+                 transport: Any = None) -> None:
         if backend not in BACKENDS:
             raise ImplementationLoadError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
         if dtype not in DTYPES:
@@ -479,10 +482,11 @@ class Implementation:
         self.functions = self.transport.functions  # the protocol functions it provides (names)
         self.declarations = self.transport.declarations  # {convention: value} (invariants.conventions)
         self.in_process = self.transport.in_process
-        self.calls = None  # a list to record (name, args, answer) into, while the runner asks for it (repro scripts)
+        self.calls: list[tuple[str, Any, Any]] | None = None  # records (name, args, answer) while the runner asks for it (repro scripts)
 
     @classmethod
-    def from_functions(cls, *, backend, device="cpu", dtype="float64", label="functions", **functions):
+    def from_functions(cls, *, backend: str, device: str = "cpu", dtype: str = "float64", label: str = "functions",
+                       **functions: Callable[..., Any]) -> Implementation:
         """Wrap loose callables: Implementation.from_functions(backend="torch", attention=my_attention)."""
         unknown = sorted(set(functions) - set(FUNCTIONS))
         if unknown:
@@ -490,7 +494,7 @@ class Implementation:
         namespace = type("Functions", (), {k: staticmethod(v) for k, v in functions.items()})
         return cls(namespace, label=label, backend=backend, device=device, dtype=dtype)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{self.label} ({self.backend}, {self.device}, {self.dtype})"
 
     @property
@@ -498,7 +502,7 @@ class Implementation:
         """The comparison tolerance for this implementation's dtype."""
         return tolerance_for(self.dtype)
 
-    def missing(self, names):
+    def missing(self, names: Iterable[str]) -> str | None:
         """A skip reason naming the protocol functions this implementation lacks, or None."""
         absent = [name for name in names if name not in self.functions]
         if not absent:
@@ -507,15 +511,15 @@ class Implementation:
 
     # -- conversion (one place: invariants.boundary) ---------------------------------------------
 
-    def to_backend(self, value, *, requires_grad=False):
+    def to_backend(self, value: Any, *, requires_grad: bool = False) -> Any:
         """numpy (and nested dicts/lists of it) -> the implementation's arrays, rounded to its dtype; other values pass through."""
         return to_backend(rounded(value, self.dtype), backend=self.backend, device=self.device, dtype=self.dtype, requires_grad=requires_grad)
 
-    def to_numpy(self, value, what):
+    def to_numpy(self, value: Any, what: str) -> Any:
         """The implementation's answer -> plain numpy (tuples and dicts kept); anything else is an OutputError."""
         return to_numpy(value, what)
 
-    def as_seen(self, value):
+    def as_seen(self, value: Any) -> Any:
         """The float64 values the implementation actually receives for `value` (floats rounded to its dtype)."""
         if isinstance(value, dict):
             return {k: self.as_seen(v) for k, v in value.items()}
@@ -525,7 +529,7 @@ class Implementation:
             return rounded(value, self.dtype).astype(np.float64, copy=False)  # rounded() made a fresh array
         return value
 
-    def raw(self, name):
+    def raw(self, name: str) -> Callable[..., Any]:
         """The implementation's own function `name`, taking and returning backend arrays (in process only)."""
         if not self.in_process:
             raise ImplementationError(f"{name} runs in another process: its own callables never reach the suite")
@@ -533,7 +537,7 @@ class Implementation:
 
     # -- calling ------------------------------------------------------------------------------
 
-    def call(self, name, *args):
+    def call(self, name: str, *args: Any) -> Any:
         """Call protocol function `name` with numpy arguments; the answer comes back as numpy."""
         if name not in self.functions:
             raise AttributeError(f"{self.label} does not provide {name}")
@@ -548,7 +552,7 @@ class Implementation:
         self.calls.append((name, args, answer))
         return answer
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Callable[..., Any]:
         if name in FUNCTIONS:
             if name not in self.__dict__.get("functions", ()):
                 raise AttributeError(f"{self.label} does not provide {name}")
@@ -585,7 +589,7 @@ def _import_target(target):
         raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {first_line(exc)}{where(exc)}") from None
 
 
-def load_target(target, *, backend=None):
+def load_target(target: str, *, backend: str | None = None) -> tuple[object, str]:
     """(namespace, backend) of an --impl target, 'pkg.module', 'path/to/file.py' or either followed by ':object'.
 
     The backend comes from `backend`, else from the target's BACKEND attribute.
@@ -612,7 +616,8 @@ def load_target(target, *, backend=None):
     return namespace, backend
 
 
-def load_implementation(target="reference.numpy", *, backend=None, device="cpu", dtype="float64"):
+def load_implementation(target: str = "reference.numpy", *, backend: str | None = None, device: str = "cpu",
+                        dtype: str = "float64") -> Implementation:
     """Load an --impl target (load_target) as an Implementation on `device` in `dtype`."""
     namespace, backend = load_target(target, backend=backend)
     if backend == "torch" and device.startswith("cuda"):

@@ -12,8 +12,10 @@ import time
 import traceback
 import unittest
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from hypothesis import Phase, given
@@ -28,6 +30,14 @@ from invariants.asserts import InvariantViolation
 from invariants.conventions import Declared
 from invariants.examples_db import example_key
 from invariants.protocol import ImplementationError, OutputError, TransportLost
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from invariants.protocol import Implementation
+    from invariants.registry import Invariant
+
+T = TypeVar("T")
 
 MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
 STATUSES = ("passed", "skipped", "failed", "error")  # failed: a wrong answer; error: the implementation could not be evaluated
@@ -66,19 +76,19 @@ class Outcome:
     check_crashed: bool = False  # an error raised by the check's own code or hypothesis, not by the implementation
 
     @property
-    def passed(self):
+    def passed(self) -> bool:
         return self.status == "passed"
 
 
 class Case:
     """Draws an invariant's inputs and remembers them, labelled, for the failure report."""
 
-    def __init__(self, draw):
+    def __init__(self, draw: Callable[..., Any]) -> None:
         self._draw = draw
-        self.drawn = {}
-        self.calls = []  # (name, args, answer or exception) for each call into the implementation, in order
+        self.drawn: dict[str, Any] = {}
+        self.calls: list[tuple[str, Any, Any]] = []  # (name, args, answer or exception) for each call into the implementation, in order
 
-    def draw(self, strategy, label):
+    def draw(self, strategy: SearchStrategy[T], label: str) -> T:
         value = self._draw(strategy, label=label)
         self.drawn[label] = value
         return value
@@ -183,7 +193,8 @@ ENGINE_EXAMPLES = _engine_examples(os.environ.get("TI_DIRECT_DRAWS", "1"))  # a 
 DIRECT_REPEATS_TO_STOP = 1_000  # direct draws end once this many in a row repeat earlier ones: the inputs have run out
 
 
-def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, engine_examples=ENGINE_EXAMPLES):
+def run_invariant(inv: Invariant, impl: Implementation, *, settings: hypothesis_settings | None = None, seed: int | None = None,
+                  shrink_limit: int | None = None, engine_examples: int | None = ENGINE_EXAMPLES) -> Outcome:
     """Search for a counterexample to `inv` on `impl` and return the Outcome; never raises for what the implementation does.
 
     `settings` is a hypothesis.settings object (invariants.profiles has the suite's); the loaded
@@ -202,7 +213,7 @@ def run_invariant(inv, impl, *, settings=None, seed=None, shrink_limit=None, eng
     search = _Search(inv, impl, shrink_limit)
     if reason:
         return search.outcome("skipped", str(reason), declared=isinstance(reason, Declared))
-    chosen = settings if settings is not None else hypothesis_settings.default
+    chosen: hypothesis_settings = settings if settings is not None else hypothesis_settings.default  # type: ignore[assignment]  # a profile is loaded
     direct = 0
     if engine_examples is not None and chosen.max_examples > engine_examples and internals.AVAILABLE:
         direct = chosen.max_examples - engine_examples

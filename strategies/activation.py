@@ -11,6 +11,7 @@ from functools import cache
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
 from strategies.core import byte_arrays, cached_strategy, float_arrays, integers, sampled_from
@@ -41,7 +42,8 @@ def magnitude_table(min_abs, max_abs):
 
 
 @cached_strategy
-def activation_inputs(*, min_ndim=1, max_ndim=3, min_side=1, max_side=6, min_abs=1e-3, max_abs=20.0):
+def activation_inputs(*, min_ndim: int = 1, max_ndim: int = 3, min_side: int = 1, max_side: int = 6, min_abs: float = 1e-3,
+                      max_abs: float = 20.0) -> SearchStrategy[np.ndarray]:
     """float64 arrays, ndim in [min_ndim, max_ndim], sides in [min_side, max_side], for elementwise functions.
 
     |x| is log-spread over [min_abs, max_abs] with random signs (see magnitude_table), so tiny, unit
@@ -75,7 +77,7 @@ def activation_inputs(*, min_ndim=1, max_ndim=3, min_side=1, max_side=6, min_abs
 
 
 @cached_strategy
-def paddings(*, max_length=9):
+def paddings(*, max_length: int = 9) -> SearchStrategy[np.ndarray]:
     """float64 vectors of length 0..max_length (grid values, normal-shaped) to surround an array with, moving its elements to other positions."""
     check_int("max_length", max_length, low=0)
     return integers(0, max_length).flatmap(lambda n: float_arrays((n,)))

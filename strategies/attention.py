@@ -8,10 +8,13 @@ its max subtracted) and degenerate rows (zero tokens, one token repeated, all sc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import InvalidArgument, check_float, check_order
 from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, integers, just, sampled_from, weight_part
@@ -53,26 +56,10 @@ def score_scale_exponents(max_score_scale):
 
 
 @cached_strategy
-def attention_inputs(
-    *,
-    min_batch=1,
-    max_batch=3,
-    min_seq=1,
-    max_seq=8,
-    min_heads=1,
-    max_heads=4,
-    min_d_head=1,
-    max_d_head=8,
-    causal=None,
-    min_scale=1.0,
-    max_scale=1.0,
-    gain=1.0,
-    long_lengths=(),
-    min_score_scale=1.0,
-    max_score_scale=1.0,
-    max_score_sum=MAX_SCORE_SUM,
-    patterns=PATTERNS,
-):
+def attention_inputs(*, min_batch: int = 1, max_batch: int = 3, min_seq: int = 1, max_seq: int = 8, min_heads: int = 1, max_heads: int = 4,
+                     min_d_head: int = 1, max_d_head: int = 8, causal: bool | None = None, min_scale: float = 1.0, max_scale: float = 1.0,
+                     gain: float = 1.0, long_lengths: Sequence[int] = (), min_score_scale: float = 1.0, max_score_scale: float = 1.0,
+                     max_score_sum: float = MAX_SCORE_SUM, patterns: Sequence[str] = PATTERNS) -> SearchStrategy[dict[str, Any]]:
     """dicts {x (B, T, d), W_q, W_k, W_v, W_o (d, d), n_heads, causal}, in the order attention takes them.
 
     The shape comes from attention_shapes (the min_/max_ pairs and long_lengths are passed to it), so

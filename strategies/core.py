@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from statistics import NormalDist
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from invariants import hypothesis_internals
 from invariants.tolerance import DTYPES
@@ -45,6 +48,7 @@ EITHER_SIDE = tuple(t + side for t in TILE_LENGTHS for side in (-1, 1))  # 15, 1
 SWEPT_LENGTHS = (65, 129)  # a causal check drawn at one of these runs at every EITHER_SIDE length up to it (swept_lengths)
 MAX_LONG_BATCH = 2  # long sequences are drawn at small sizes, where 129 tokens cost little
 MAX_LONG_WIDTH = 8
+F = TypeVar("F", bound=Callable[..., Any])  # cached_strategy keeps the signature it wraps, for type checkers
 
 
 def _simplicity(k):
@@ -65,14 +69,14 @@ GRID = _grid()  # GRID[0] = GRID[1] = 0, GRID[2] = 1, GRID[3] = -1, GRID[4] = 1/
 GRID_MAX = float(np.abs(GRID).max())
 
 
-def cached_strategy(build):
+def cached_strategy(build: F) -> F:
     """Build each strategy once per set of arguments: building one (validating it on first draw) costs more than a draw.
 
     Arguments that cannot be hashed (a list of patterns) build afresh. The argument types are part of
     the key, so 1, 1.0 and True, which hash alike, are told apart and validated separately; floats are keyed by
     their bits, so 0.0 and -0.0 (equal) are told apart and a NaN finds its own entry (it equals nothing).
     """
-    built = {}
+    built: dict[tuple, Any] = {}
 
     @functools.wraps(build)
     def strategy(*args, **kwargs):
@@ -85,7 +89,7 @@ def cached_strategy(build):
             built[key] = build(*args, **kwargs)  # InvalidArgument propagates and caches nothing
             return built[key]
 
-    return strategy
+    return cast(F, strategy)
 
 
 def _key_part(value):
@@ -108,7 +112,7 @@ permutations = cached_strategy(st.permutations)
 integers = cached_strategy(st.integers)
 
 
-def seeds():
+def seeds() -> SearchStrategy[int]:
     """Seeds for numpy's default_rng: 0 first when shrinking."""
     return integers(min_value=0, max_value=2**32 - 1)
 
@@ -155,7 +159,7 @@ def _byte_arrays(shape):
     return _bytes_for(shape).map(lambda b: _filled(b, shape))
 
 
-def byte_arrays(shape):
+def byte_arrays(shape: tuple[int, ...]) -> SearchStrategy[np.ndarray]:
     """uint8 arrays of `shape` that shrink towards 0 value by value (from one hypothesis bytes choice).
 
     An array of up to MIN_DRAWN values has a drawn byte each; a larger one draws MIN_DRAWN to
@@ -171,7 +175,7 @@ def _grid_values(shape):
     return _bytes_for(shape).map(lambda b: GRID[_filled(b, shape)])
 
 
-def grid_values(shape):
+def grid_values(shape: tuple[int, ...]) -> SearchStrategy[np.ndarray]:
     """float64 arrays of `shape` whose values are GRID values: normal-shaped (std 1), multiples of 1/64, shrinking towards 0, 1, -1, 1/2, ..."""
     return _grid_values(_check_shape(shape))
 
@@ -233,7 +237,7 @@ def scales(min_scale, max_scale):
     return just(min_scale) if min_scale == max_scale else st.floats(min_scale, max_scale)
 
 
-def float_arrays(shape, *, min_scale=1.0, max_scale=1.0):
+def float_arrays(shape: tuple[int, ...], *, min_scale: float = 1.0, max_scale: float = 1.0) -> SearchStrategy[np.ndarray]:
     """float64 arrays of `shape`: grid_values (normal-shaped, std 1) times a scale drawn from [min_scale, max_scale].
 
     The scale is a power of two wherever [min_scale, max_scale] holds one (shrinking towards 1), so
@@ -255,7 +259,7 @@ def _float_arrays(shape, min_scale, max_scale):
     return st.builds(lambda values, scale: values * scale, _grid_values(shape), scales(min_scale, max_scale))
 
 
-def weights(shape, *, gain=1.0):
+def weights(shape: tuple[int, ...], *, gain: float = 1.0) -> SearchStrategy[np.ndarray]:
     """float64 weight matrices of `shape`: grid_values times gain/√fan_in (fan_in = shape[0]) rounded to the nearest power of two.
 
     Activations stay near unit size; the power of two keeps every weight exact in every dtype.
@@ -299,8 +303,8 @@ def _check_lengths(long_lengths, min_seq):
 
 
 @cached_strategy
-def attention_shapes(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_heads=1, max_heads=4, min_d_head=1, max_d_head=8,
-                     long_lengths=()):
+def attention_shapes(*, min_batch: int = 1, max_batch: int = 3, min_seq: int = 1, max_seq: int = 8, min_heads: int = 1, max_heads: int = 4,
+                     min_d_head: int = 1, max_d_head: int = 8, long_lengths: Sequence[int] = ()) -> SearchStrategy[AttentionShape]:
     """AttentionShape(batch, seq, n_heads, d_head) with d_model = n_heads·d_head, valid by construction.
 
     Shrinks towards the edge cases: seq 1, one head, d_head 1 (n_heads = d_model). With long_lengths
@@ -338,7 +342,7 @@ def attention_shapes(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_head
     return shapes()
 
 
-def swept_lengths(seq):
+def swept_lengths(seq: int) -> tuple[int, ...]:
     """The lengths a causal check drawn at `seq` runs at: for seq in SWEPT_LENGTHS (65, 129), every length of
     EITHER_SIDE up to seq (15, 17, 31, 33, 63, 65 and, for 129, 127, 129); else seq alone.
 
@@ -349,13 +353,13 @@ def swept_lengths(seq):
     return tuple(n for n in EITHER_SIDE if n <= seq) if seq in SWEPT_LENGTHS else (seq,)
 
 
-def dtypes(*, backend="torch"):
+def dtypes(*, backend: str = "torch") -> SearchStrategy[str]:
     """Floating dtype names an implementation of `backend` can be run in (numpy has no bfloat16)."""
     check_choice("backend", backend, ("numpy", "torch"))
     return st.sampled_from([d for d in DTYPES if backend == "torch" or d != "bfloat16"])
 
 
-def devices():
+def devices() -> SearchStrategy[str]:
     """'cpu', plus 'cuda' where torch sees a GPU."""
     try:
         import torch

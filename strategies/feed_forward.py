@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from typing import Any
 
+import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import check_float, check_int, check_int_range, check_order
 from strategies.core import cached_strategy, float_arrays, grid_values, integers, nearest_power_of_two, scales
 
 
 @cached_strategy
-def hidden_states(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_d=1, max_d=16, min_scale=0.1, max_scale=3.0):
+def hidden_states(*, min_batch: int = 1, max_batch: int = 3, min_seq: int = 1, max_seq: int = 8, min_d: int = 1, max_d: int = 16,
+                  min_scale: float = 0.1, max_scale: float = 3.0) -> SearchStrategy[np.ndarray]:
     """float64 token states (B, T, d): grid values (normal-shaped) times a per-array scale, a power of two in [min_scale, max_scale].
 
     Shrinks towards the edge cases one batch item, one token, d = 1, and towards values 0, 1, -1.
@@ -37,7 +41,7 @@ def hidden_states(*, min_batch=1, max_batch=3, min_seq=1, max_seq=8, min_d=1, ma
 
 
 @cached_strategy
-def feed_forward_weights(d_model, *, min_hidden=None, max_hidden=None):
+def feed_forward_weights(d_model: int, *, min_hidden: int | None = None, max_hidden: int | None = None) -> SearchStrategy[dict[str, Any]]:
     """dicts {W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)} for feed_forward(x, W1, b1, W2, b2).
 
     The hidden width F is drawn from [min_hidden, max_hidden]; both default to 4·d_model (GPT-2's

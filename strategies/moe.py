@@ -10,11 +10,14 @@ towards zero scores, zero inputs and the identity order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 from strategies.core import GRID, byte_arrays, cached_strategy, integers, nearest_power_of_two, permutation_of, sampled_from, small_ints
@@ -41,7 +44,8 @@ class MoEShape:
 
 
 @cached_strategy
-def moe_shapes(*, min_tokens=1, max_tokens=8, min_experts=1, max_experts=8, min_k=1, max_k=None, min_d=1, max_d=8):
+def moe_shapes(*, min_tokens: int = 1, max_tokens: int = 8, min_experts: int = 1, max_experts: int = 8, min_k: int = 1, max_k: int | None = None,
+               min_d: int = 1, max_d: int = 8) -> SearchStrategy[MoEShape]:
     """MoEShape(tokens, experts, k, d_model) with min_k <= k <= min(max_k, experts), valid by construction.
 
     max_k=None lets k go up to the number of experts. The edge cases come on purpose: k is drawn
@@ -114,7 +118,8 @@ def _row(b, pattern, n_experts, target, top, ties):
 
 
 @cached_strategy
-def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=None):
+def router_logits(n_tokens: int, n_experts: int, *, max_logit: float = 4.0, ties: bool = True,
+                  patterns: Sequence[str] | None = None) -> SearchStrategy[np.ndarray]:
     """float64 router scores (n_tokens, n_experts): multiples of 1/8 in [-max_logit, max_logit], row by row a pattern.
 
     Bounded on purpose: the smallest kept gate is at least exp(-2·max_logit)/k, so with the default
@@ -164,7 +169,7 @@ def router_logits(n_tokens, n_experts, *, max_logit=4.0, ties=True, patterns=Non
 
 
 @cached_strategy
-def uniform_mean_router_logits(n_experts, *, min_orbits=1, max_orbits=3, max_logit=4.0):
+def uniform_mean_router_logits(n_experts: int, *, min_orbits: int = 1, max_orbits: int = 3, max_logit: float = 4.0) -> SearchStrategy[np.ndarray]:
     """Router scores (orbits·E, E) whose mean softmax probability is uniform: every cyclic shift of a few base rows.
 
     Each base row (from router_logits: ties, all-zero rows, leaning and confident rows alike)
@@ -186,7 +191,7 @@ def uniform_mean_router_logits(n_experts, *, min_orbits=1, max_orbits=3, max_log
 
 
 @cached_strategy
-def moe_tokens(n_tokens, d_model):
+def moe_tokens(n_tokens: int, d_model: int) -> SearchStrategy[np.ndarray]:
     """float64 moe inputs x (n_tokens, d_model): multiples of 1/4 in [-1, 1] (see moe_params for why a grid)."""
     check_int("n_tokens", n_tokens, low=1)
     check_int("d_model", d_model, low=1)
@@ -196,7 +201,8 @@ def moe_tokens(n_tokens, d_model):
 
 
 @cached_strategy
-def moe_params(d_model, n_experts, *, d_ff=None, min_scale=0.5, max_scale=2.0, expert_ffn="gelu"):
+def moe_params(d_model: int, n_experts: int, *, d_ff: int | None = None, min_scale: float = 0.5, max_scale: float = 2.0,
+               expert_ffn: str = "gelu") -> SearchStrategy[dict[str, Any]]:
     """{"router": (d, E), "experts": [{W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)}] × E} for moe(x, router, experts, k).
 
     expert_ffn="swiglu" draws SwiGLU experts instead, [{W_gate (d, F), W_up (d, F), W_down (F, d)}] × E,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
 from strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, powers_of_two, sampled_from
@@ -30,7 +31,8 @@ def _spread_rows(z):
 
 
 @cached_strategy
-def norm_rows(*, min_rows=1, max_rows=6, min_d=2, max_d=16, min_row_std=0.1, max_row_std=10.0, max_offset=5.0, zero_rows=False):
+def norm_rows(*, min_rows: int = 1, max_rows: int = 6, min_d: int = 2, max_d: int = 16, min_row_std: float = 0.1, max_row_std: float = 10.0,
+              max_offset: float = 5.0, zero_rows: bool = False) -> SearchStrategy[np.ndarray]:
     """float64 arrays (rows, d) whose rows have population std in [min_row_std, max_row_std] and mean in ±max_offset·std.
 
     Well-posed for the scale and shift laws: a row's variance is bounded away from 0, so eps
@@ -74,7 +76,7 @@ def norm_rows(*, min_rows=1, max_rows=6, min_d=2, max_d=16, min_row_std=0.1, max
 
 
 @cached_strategy
-def scale_factors(*, min_exponent=-4, max_exponent=4, powers_of_two=False):
+def scale_factors(*, min_exponent: int = -4, max_exponent: int = 4, powers_of_two: bool = False) -> SearchStrategy[float]:
     """Non-zero scale factors c for LN(c·x) = sign(c)·LN_{eps/c²}(x).
 
     powers_of_two=True gives ±2**k, k in [min_exponent, max_exponent]: scaling by them is exact
@@ -98,7 +100,7 @@ def gain_values(b):
 
 
 @cached_strategy
-def gains_and_biases(d):
+def gains_and_biases(d: int) -> SearchStrategy[tuple[np.ndarray, np.ndarray]]:
     """(gain, bias) pairs of shape (d,): gains of size 1/2 to 2 and either sign, biases grid values; shrinking to (1, 0)."""
     check_int("d", d, low=1)
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import InvalidArgument, check_int, check_int_range
 from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, integers, just, sampled_from, weight_part
@@ -34,7 +36,7 @@ def _bias_choices(attn_bias):
     return st.booleans() if attn_bias is None else just(attn_bias)
 
 
-def init_block_params(d_model, seed, *, d_ff=None, attn_bias=False):
+def init_block_params(d_model: int, seed: int, *, d_ff: int | None = None, attn_bias: bool = False) -> dict[str, np.ndarray]:
     """One pre-norm block's params from `seed`: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2 (+ b_q b_k b_v b_o).
 
     Matrices are standard normal / √fan_in, norm gains uniform in [0.5, 1.5], biases N(0, 0.2²);
@@ -91,7 +93,7 @@ def _block_params(d, F, attn_bias):
 
 
 @cached_strategy
-def block_params(d_model, *, d_ff=None, attn_bias=None):
+def block_params(d_model: int, *, d_ff: int | None = None, attn_bias: bool | None = None) -> SearchStrategy[dict[str, Any]]:
     """Params dicts for one pre-norm block of width d_model: grid values, each array at init_block_params's scale.
 
     Matrices have std 1/√fan_in, norm gains lie in [1/2, 3/2] and biases have std 1/4 (powers of two
@@ -129,16 +131,9 @@ class GPTConfig:
 
 
 @cached_strategy
-def gpt_configs(
-    *,
-    min_vocab=2, max_vocab=12,
-    min_max_len=1, max_max_len=8,
-    min_layers=1, max_layers=2,
-    min_heads=1, max_heads=3,
-    min_d_head=1, max_d_head=6,
-    attn_bias=None,
-    ff_ratio=4,
-):
+def gpt_configs(*, min_vocab: int = 2, max_vocab: int = 12, min_max_len: int = 1, max_max_len: int = 8, min_layers: int = 1, max_layers: int = 2,
+                min_heads: int = 1, max_heads: int = 3, min_d_head: int = 1, max_d_head: int = 6, attn_bias: bool | None = None,
+                ff_ratio: int = 4) -> SearchStrategy[GPTConfig]:
     """GPTConfig with every field in its [min, max] range; d_model = n_heads·d_head, valid by construction.
 
     attn_bias=None draws models with and without attention biases. ff_ratio fixes the blocks'
@@ -164,7 +159,7 @@ def gpt_configs(
     )
 
 
-def init_gpt_params(config, seed, *, embedding_std=1.0):
+def init_gpt_params(config: GPTConfig, seed: int, *, embedding_std: float = 1.0) -> dict[str, Any]:
     """A model's params from `seed`: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b (d,).
 
     Embedding tables are N(0, embedding_std²); each block comes from init_block_params, of width config.d_ff.
@@ -200,7 +195,7 @@ def _params_tree(draw, embeddings, blocks, final):
     return tree | draw(final)
 
 
-def gpt_params(config):
+def gpt_params(config: GPTConfig) -> SearchStrategy[dict[str, Any]]:
     """Params trees for a model of `config` (a GPTConfig): grid values at init_gpt_params's scales (embeddings of std 1)."""
     if not isinstance(config, GPTConfig):
         raise InvalidArgument(f"config={config!r} must be a GPTConfig; draw one from gpt_configs()")
@@ -211,7 +206,7 @@ ID_PATTERNS = ("random", "one repeated id", "only 0 and vocab - 1")
 
 
 @cached_strategy
-def token_ids(vocab, *, min_batch=1, max_batch=3, min_seq=1, max_seq=8):
+def token_ids(vocab: int, *, min_batch: int = 1, max_batch: int = 3, min_seq: int = 1, max_seq: int = 8) -> SearchStrategy[np.ndarray]:
     """int64 arrays (B, T) of ids in [0, vocab), B and T in their [min, max] ranges; ids shrink towards 0.
 
     Besides about uniform random ids, generates on purpose one id repeated everywhere (every

@@ -9,10 +9,12 @@ like [1, 0] and [0, 0]; masked logits and logits of size 1e4 are drawn on purpos
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache, partial
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import InvalidArgument, check_float, check_int_range, check_order
 from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, mapped, sampled_from, scales
@@ -55,20 +57,9 @@ def _mask(x, where):
 
 
 @cached_strategy
-def logits(
-    *,
-    min_ndim=1,
-    max_ndim=3,
-    min_side=1,
-    max_side=5,
-    min_vocab=1,
-    max_vocab=24,
-    min_scale=0.1,
-    max_scale=10.0,
-    patterns=ROW_PATTERNS,
-    dyadic=False,
-    masked=False,
-):
+def logits(*, min_ndim: int = 1, max_ndim: int = 3, min_side: int = 1, max_side: int = 5, min_vocab: int = 1, max_vocab: int = 24,
+           min_scale: float = 0.1, max_scale: float = 10.0, patterns: Sequence[str] = ROW_PATTERNS, dyadic: bool = False,
+           masked: bool = False) -> SearchStrategy[np.ndarray]:
     """float64 logit arrays (..., V): ndim in [min_ndim, max_ndim], leading sides in [min_side, max_side].
 
     Each array draws one of `patterns` for its rows (see the module docstring) and a spread
@@ -103,7 +94,8 @@ def logits(
 
 
 @cached_strategy
-def large_logits(*, magnitude=1e4, min_ndim=1, max_ndim=3, min_side=1, max_side=5, min_vocab=1, max_vocab=24):
+def large_logits(*, magnitude: float = 1e4, min_ndim: int = 1, max_ndim: int = 3, min_side: int = 1, max_side: int = 5, min_vocab: int = 1,
+                 max_vocab: int = 24) -> SearchStrategy[np.ndarray]:
     """float64 logit arrays of size about `magnitude` (default the course's 1e4), where unguarded exp fails.
 
     Each array is either shifted (every row moved by +magnitude or -magnitude: exp overflows to
@@ -130,7 +122,7 @@ def large_logits(*, magnitude=1e4, min_ndim=1, max_ndim=3, min_side=1, max_side=
 
 
 @cached_strategy
-def shifts(shape, *, max_abs=8.0, dyadic=False):
+def shifts(shape: tuple[int, ...], *, max_abs: float = 8.0, dyadic: bool = False) -> SearchStrategy[np.ndarray]:
     """float64 constants of `shape` (one per row: pass x.shape[:-1] + (1,)) in [-max_abs, max_abs], normal-shaped, shrinking to 0.
 
     dyadic=True draws multiples of 1/16 and needs max_abs <= 8: added to logits(dyadic=True)
@@ -151,7 +143,7 @@ def shifts(shape, *, max_abs=8.0, dyadic=False):
     return st.builds(build, grid_values(shape))
 
 
-def targets(logits_array):
+def targets(logits_array: np.ndarray) -> SearchStrategy[np.ndarray]:
     """int64 class targets for logits (..., V): shape (...), values in [0, V).
 
     Each draw puts the targets at random classes, at each row's largest logit (the smallest

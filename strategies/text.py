@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from strategies._validation import check_int, check_int_range, check_order
 from strategies.core import byte_arrays, cached_strategy, integers, permutation_of, sampled_from
@@ -13,7 +14,7 @@ TRICKY_CHARACTERS = "\n\t \u00a0e\u0301\u00e9\u00df\u4e2d\U0001f642"  # whitespa
 
 
 @cached_strategy
-def corpora(*, min_size=0, max_size=80):
+def corpora(*, min_size: int = 0, max_size: int = 80) -> SearchStrategy[str]:
     """Strings of min_size to max_size characters (code points) to build a character vocabulary from.
 
     Mixes course-like text (lowercase, spaces, full stops), arbitrary Unicode, and on purpose:
@@ -31,7 +32,7 @@ def corpora(*, min_size=0, max_size=80):
 
 
 @cached_strategy
-def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
+def token_streams(*, min_vocab: int = 1, max_vocab: int = 30, min_length: int = 2, max_length: int = 64) -> SearchStrategy[np.ndarray]:
     """1-D int64 arrays of n token ids, n in [min_length, max_length], ids in [0, vocab) with vocab in [min_vocab, max_vocab].
 
     Generates on purpose streams of distinct ids (a shuffle of 0 .. n - 1, a vocabulary of n:
@@ -56,7 +57,7 @@ def token_streams(*, min_vocab=1, max_vocab=30, min_length=2, max_length=64):
 
 
 @cached_strategy
-def window_lengths(n_tokens, *, min_seq=1, max_seq=None):
+def window_lengths(n_tokens: int, *, min_seq: int = 1, max_seq: int | None = None) -> SearchStrategy[int]:
     """seq_len values for get_batch on a stream of n_tokens: in [min_seq, max_seq], max_seq defaulting to n_tokens - 1.
 
     Hits the longest window (n_tokens - 1, where exactly one start position remains: the

@@ -49,7 +49,8 @@ def test_protocol_tables_are_generated_from_the_entries(version):
 def test_readme_commands_are_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install tox && tox -e lint,tests" in readme and "python -m pip install tox && tox -e lint,tests" in ci
+    for command in ("python -m pip install tox && tox -e lint,typing,tests", "tox -e wheel"):
+        assert command in readme and command in ci, command
 
 
 def test_the_default_matrix_never_reports_cuda_it_did_not_run():

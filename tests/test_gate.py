@@ -16,7 +16,7 @@ import pytest
 
 from gate import wire
 from gate.cli import main
-from gate.config import ConfigError, load_assignment
+from gate.config import ConfigError, load_assignment, shipped_assignments
 from gate.grade import derive_seed, grade
 from gate.result import EXIT_CODES, FAILED, GATE_ERROR, PASSED, STATUSES, without_volatile
 from gate.scan import scan_source
@@ -145,9 +145,20 @@ def test_pyproject_table_is_an_assignment(tmp_path):
     assert load_assignment(path).name == "from pyproject"
 
 
+def test_a_shipped_assignment_is_found_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # from any folder, as from a wheel: the name finds the package's own file
+    a = load_assignment("p01")
+    assert Path(a.path) == ROOT / "gate" / "assignments" / "p01.toml" and a.name == load_assignment(Path(a.path)).name
+    assert shipped_assignments() == ["lesson", "llama", "p01"]
+    with pytest.raises(ConfigError, match=r"^no shipped assignment 'p02' \(shipped: lesson, llama, p01\); pass a path such as p02.toml"):
+        load_assignment("p02")
+    with pytest.raises(ConfigError, match=r"^no assignment file 'p01.toml'"):  # a suffix makes it a path, here a missing one
+        load_assignment("p01.toml")
+
+
 @pytest.mark.parametrize("name", ["p01.toml", "lesson.toml"])
 def test_shipped_assignments_load(name):
-    a = load_assignment(ROOT / "assignments" / name)
+    a = load_assignment(ROOT / "gate" / "assignments" / name)
     names = {s.name for s in a.selected}
     assert {"attention.causal_non_leakage", "block.residual_identity", "model.causal_non_leakage", "course.tokenizer_round_trip"} <= names
     assert "torch.nn.functional.scaled_dot_product_attention" in a.forbidden and a.on_forbidden == "fail"
@@ -172,10 +183,36 @@ def test_source_scan_resolves_aliases():
 
 
 def test_source_scan_lets_the_shipped_modules_through_and_nothing_beside_them():
-    source = ("from adapters import toolkit as tk\nimport adapters.toolkit\nimport adapters\nfrom adapters import gpt2, toolkit\n"
-              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\n")
+    source = ("from adapters import toolkit as tk\nimport adapters.toolkit\n"
+              "import adapters\nfrom adapters import gpt2, toolkit\n"
+              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\n"
+              "from adapters.toolkit import layer_norm\n")
     found = scan_source(source, "s.py", forbidden=[], blocked={"adapters"}, shipped={"adapters", "adapters.toolkit"})
     assert [(e["name"], e["where"]) for e in found] == [("adapters.gpt2", "s.py:4"), ("adapters.mixtral", "s.py:5")]
+
+
+def test_the_guard_opens_a_blocked_package_to_its_shipped_modules_alone(tmp_path):
+    """With pkg blocked and pkg.tools.kit shipped, `import pkg.tools.kit` loads the copy; pkg.secret is refused even where it exists."""
+    lib, elsewhere = tmp_path / "lib", tmp_path / "site"
+    (lib / "pkg" / "tools").mkdir(parents=True)
+    (lib / "pkg" / "tools" / "__init__.py").write_text("")
+    (lib / "pkg" / "tools" / "kit.py").write_text("VALUE = 'the copy'\n")
+    (elsewhere / "pkg").mkdir(parents=True)
+    (elsewhere / "pkg" / "__init__.py").write_text("")
+    (elsewhere / "pkg" / "secret.py").write_text("VALUE = 'the secret'\n")
+    shipped = {"pkg.tools": str(lib / "pkg" / "tools" / "__init__.py"), "pkg.tools.kit": str(lib / "pkg" / "tools" / "kit.py")}
+    code = (f"import sys; sys.path.append({str(elsewhere)!r}); from gate.worker import Guard\n"
+            f"guard = Guard(['pkg'], [], {str(tmp_path / 'submission')!r}, {shipped!r}); guard.install()\n"
+            "import pkg.tools.kit; print(pkg.tools.kit.VALUE, list(pkg.__path__))\n"
+            "try:\n    import pkg.secret\nexcept ImportError as exc:\n    print(exc)\n"
+            "print([e['name'] for e in guard.evidence])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"the copy [{str(lib / 'pkg')!r}]",
+        "the gate does not let a submission import 'pkg.secret': that is the course's own code (of pkg, a submission may import pkg.tools.kit)",
+        "['pkg.secret']",
+    ]
 
 
 def test_output_is_escaped_and_capped():

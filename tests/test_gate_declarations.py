@@ -45,7 +45,7 @@ def test_a_bad_declarations_table_says_what_to_fix(tmp_path, table, message):
 
 @pytest.mark.parametrize("name", ["p01", "lesson", "llama"])
 def test_shipped_assignments_say_what_may_be_declared(name):
-    assert load_assignment(ROOT / "assignments" / f"{name}.toml").declarations is not None
+    assert load_assignment(ROOT / "gate" / "assignments" / f"{name}.toml").declarations is not None
 
 
 def test_the_table_allows_its_values_and_every_default_refuses_the_rest(tmp_path):

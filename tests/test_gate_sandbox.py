@@ -67,7 +67,8 @@ def _hunt(tmp_path, port, *, seconds=4.0):
     secret = tmp_path / "course.secret"
     secret.write_text("s3cret-" + uuid.uuid4().hex + "\n")
     token = uuid.uuid4().hex[:12]
-    hints = {"paths": [str(ROOT / "reference" / "numpy.py"), str(ROOT / "assignments" / "p01.toml"), str(secret), str(ROOT / "gate" / "grade.py")],
+    hints = {"paths": [str(ROOT / "reference" / "numpy.py"), str(ROOT / "gate" / "assignments" / "p01.toml"), str(secret),
+                       str(ROOT / "gate" / "grade.py")],
              "tokens": [secret.read_text().strip(), "hostile fixtures"], "port": port, "token": token, "seconds": seconds}
     (folder / "hints.json").write_text(json.dumps(hints))
     return folder, secret, token

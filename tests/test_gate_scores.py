@@ -44,7 +44,7 @@ COPY = FIXTURES / "copied" / "renamed_reference.py"
 def p01():
     """P01 as shipped, minus the sandbox requirement (these tests are about scores, and run on hosts without bubblewrap too),
     at 20 examples per invariant instead of 60 (the figures in docs/gate.md are at 60)."""
-    return dataclasses.replace(load_assignment(ROOT / "assignments" / "p01.toml"), require=(), max_examples=20)
+    return dataclasses.replace(load_assignment(ROOT / "gate" / "assignments" / "p01.toml"), require=(), max_examples=20)
 
 
 def _reports(result, out):

@@ -29,7 +29,7 @@ def _in_process_target(name, monkeypatch):
 
 @pytest.mark.parametrize("submission", SUBMISSIONS)
 def test_the_gate_and_an_in_process_run_give_the_same_outcomes(submission, monkeypatch):
-    assignment = load_assignment(ROOT / "assignments" / "p01.toml")
+    assignment = load_assignment(ROOT / "gate" / "assignments" / "p01.toml")
     assignment = dataclasses.replace(assignment, selected=[s for s in assignment.selected if not s.invariant.in_process])
     graded = grade(ROOT / "examples" / "submissions" / submission, assignment)
     impl = load_implementation(_in_process_target(submission, monkeypatch), backend=graded.submission["backend"] or "numpy", dtype=assignment.dtype)
