@@ -21,9 +21,9 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TOP_LEVEL = {"accounting", "adapters", "gate", "htmlreport", "invariants", "mutants", "reference", "strategies"}  # what the wheel installs
+TOP_LEVEL = {"invariants", "reference", "strategies"}  # what the wheel installs
 DATA = ("invariants/py.typed", "strategies/py.typed", "invariants/signatures.json",  # the markers and the data the package reads
-        "accounting/configs/gpt2.json", "gate/assignments/p01.toml")
+        "invariants/accounting/configs/gpt2.json", "invariants/gate/assignments/p01.toml")
 INVARIANT = "layer_norm_known_values"  # one invariant, a second or two on reference.numpy
 SUBMISSION = ROOT / "examples" / "submissions" / "good_student"  # passes P01 (examples/reports/good_student)
 

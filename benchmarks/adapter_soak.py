@@ -2,7 +2,7 @@
 
     python benchmarks/adapter_soak.py                       # thorough: 10,000 examples per invariant (hours)
     python benchmarks/adapter_soak.py --examples 1000 -j 2  # a tenth of it, two adapters at a time
-    python benchmarks/adapter_soak.py --only adapters.mixtral:float32
+    python benchmarks/adapter_soak.py --only invariants.adapters.mixtral:float32
     python benchmarks/adapter_soak.py --log soak/ --resume    # keep every outcome as it ends; rerun only what is missing
 
 Each (adapter, dtype) runs in its own process, with fresh randomness. Prints, per run: the
@@ -27,16 +27,18 @@ from pathlib import Path
 
 # (adapter, dtype): the dtypes tox -e external runs each adapter in
 RUNS = (
-    ("adapters.torch_sdpa", "float64"), ("adapters.torch_sdpa", "float32"),
-    ("adapters.torch_mha", "float64"), ("adapters.torch_mha", "float32"),
-    ("adapters.torch_encoder_layer", "float64"), ("adapters.torch_encoder_layer", "float32"),
-    ("adapters.torch_decoder_layer", "float64"), ("adapters.torch_decoder_layer", "float32"),
-    ("adapters.whisper", "float64"), ("adapters.whisper", "float32"),
-    ("adapters.gpt2", "float64"), ("adapters.gpt2", "float32"),
-    ("adapters.hooked_transformer", "float64"), ("adapters.hooked_transformer", "float32"),
-    ("adapters.mixtral", "float32"), ("adapters.vit", "float32"), ("adapters.gpt_neo", "float32"), ("adapters.x_transformers", "float32"),
-    ("adapters.sdpa_gqa", "float64"), ("adapters.sdpa_gqa", "float32"),
-    ("adapters.llama", "float32"), ("adapters.mistral", "float32"), ("adapters.qwen2", "float32"),
+    ("invariants.adapters.torch_sdpa", "float64"), ("invariants.adapters.torch_sdpa", "float32"),
+    ("invariants.adapters.torch_mha", "float64"), ("invariants.adapters.torch_mha", "float32"),
+    ("invariants.adapters.torch_encoder_layer", "float64"), ("invariants.adapters.torch_encoder_layer", "float32"),
+    ("invariants.adapters.torch_decoder_layer", "float64"), ("invariants.adapters.torch_decoder_layer", "float32"),
+    ("invariants.adapters.whisper", "float64"), ("invariants.adapters.whisper", "float32"),
+    ("invariants.adapters.gpt2", "float64"), ("invariants.adapters.gpt2", "float32"),
+    ("invariants.adapters.hooked_transformer", "float64"), ("invariants.adapters.hooked_transformer", "float32"),
+    ("invariants.adapters.mixtral", "float32"), ("invariants.adapters.vit", "float32"),
+    ("invariants.adapters.gpt_neo", "float32"), ("invariants.adapters.x_transformers", "float32"),
+    ("invariants.adapters.sdpa_gqa", "float64"), ("invariants.adapters.sdpa_gqa", "float32"),
+    ("invariants.adapters.llama", "float32"), ("invariants.adapters.mistral", "float32"),
+    ("invariants.adapters.qwen2", "float32"),
 )
 
 _ONE_RUN = """

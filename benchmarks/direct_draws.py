@@ -21,9 +21,9 @@ from hypothesis import Phase, Verbosity
 from hypothesis import settings as hypothesis_settings
 
 from invariants import REGISTRY, all_invariants, run_invariant
+from invariants.mutants import all_mutants
+from invariants.mutants.documented import documented_mutants
 from invariants.profiles import profile_settings
-from mutants import all_mutants
-from mutants.documented import documented_mutants
 
 ENGINE, DIRECT = "engine", "direct"
 

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mutants.documented import DOCUMENTED  # noqa: E402
-from mutants.reach import REACH  # noqa: E402
+from invariants.mutants.documented import DOCUMENTED  # noqa: E402
+from invariants.mutants.reach import REACH  # noqa: E402
 
-# The two of mutants/reach.py, which more examples find, and the two documented survivors, which the strategies cannot reach.
+# The two of invariants/mutants/reach.py, which more examples find, and the two documented survivors, which the strategies cannot reach.
 MUTANTS = {
     "reach.layer_norm_tile_4x11": REACH["reach.layer_norm_tile_4x11"],
     "reach.attention_tile_2x7x3": REACH["reach.attention_tile_2x7x3"],

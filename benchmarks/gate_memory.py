@@ -3,7 +3,7 @@
     python benchmarks/gate_memory.py                  # every case below, once each
     python benchmarks/gate_memory.py --only huge_bool_answer --repeat 3
 
-Each case grades one submission in a fresh interpreter (gate.grade.grade, no reports written) and
+Each case grades one submission in a fresh interpreter (invariants.gate.grade.grade, no reports written) and
 prints the parent's peak resident memory (getrusage's ru_maxrss of that interpreter alone; the
 worker is a child and not counted), its wall clock, the verdict and the reason. The hostile cases
 answer with megabytes of the wrong dtype or shape on every call. Prints figures; asserts nothing.
@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 HOSTILE_TOML = ROOT / "tests" / "fixtures" / "assignments" / "hostile.toml"
 CASES = {  # name: (submission, assignment)
-    "good_student_p01": (ROOT / "examples" / "submissions" / "good_student", ROOT / "gate" / "assignments" / "p01.toml"),
+    "good_student_p01": (ROOT / "examples" / "submissions" / "good_student", ROOT / "invariants" / "gate" / "assignments" / "p01.toml"),
     "control_good": (HOSTILE / "good.py", HOSTILE_TOML),
     "huge_bool_answer": (HOSTILE / "huge_bool_answer.py", HOSTILE_TOML),
     "huge_wrong_shape": (HOSTILE / "huge_wrong_shape.py", HOSTILE_TOML),
 }
 _CHILD = """
 import json, resource, sys, time
-from gate.config import load_assignment
-from gate.grade import grade
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
 started = time.monotonic()
 result = grade(sys.argv[1], load_assignment(sys.argv[2]))
 print(json.dumps({"seconds": time.monotonic() - started, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -1,4 +1,4 @@
-"""Regenerate examples/reports/ from examples/submissions/ with gate/assignments/p01.toml.
+"""Regenerate examples/reports/ from examples/submissions/ with invariants/gate/assignments/p01.toml.
 
     python examples/regenerate.py
 
@@ -21,12 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = "examples/submissions"
-ASSIGNMENT = "gate/assignments/p01.toml"
+ASSIGNMENT = "invariants/gate/assignments/p01.toml"
 
 
 def normalise(folder):
     """Zero the volatile fields (timestamps, durations) of every report under folder, in place."""
-    from gate.result import without_volatile
+    from invariants.gate.result import without_volatile
 
     for path in Path(folder).rglob("*"):
         if path.name == "report.json":
@@ -51,7 +51,7 @@ def normalise(folder):
 
 def regenerate(out, jobs=2):
     """Grade every example into out (relative paths, from the project root); the CLI's exit code."""
-    from gate.cli import main
+    from invariants.gate.cli import main
 
     if Path(out).exists():
         shutil.rmtree(out)

@@ -3,7 +3,7 @@
     ranked = diagnose(failed={"norms.layer_norm_known_values", "block.agrees_with_reference"}, held={...})
     ranked[0].invariant, ranked[0].hint      # the bug its hint names, with the evidence in ranked[0].evidence
 
-Every mutant of the zoo left a signature (`python -m mutants.matrix --whole --signatures`,
+Every mutant of the zoo left a signature (`python -m invariants.mutants.matrix --whole --signatures`,
 shipped as invariants/signatures.json): the invariants it fails and those it holds. A
 candidate is a failing invariant, standing for the bug its hint names. Root causes come first:
 a candidate's component must not depend on another failing component (a failing layer_norm
@@ -15,7 +15,7 @@ times how specific the candidate is (an invariant that fails for half the zoo sa
 comparison with the reference comes after the failing laws of its component, since it fails for
 nearly every bug there and its hint can only list conventions.
 The constants were chosen on the zoo with leave-one-out (a mutant's own signature is never
-used to diagnose it): see mutants.matrix's diagnosis accuracy.
+used to diagnose it): see invariants.mutants.matrix's diagnosis accuracy.
 
 What the likely-bug line says then depends on what the failures show, not only on which failed
 (`said`): a refusal or an exception in most of them, errors no larger than float32 rounding in a

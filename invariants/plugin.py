@@ -7,7 +7,7 @@ Options (each also an environment variable; the command line wins):
     --impl-dtype NAME       TI_DTYPE     float64 | float32 | float16 | bfloat16 (default float64)
     --invariants-profile    TI_PROFILE   dev | ci | thorough (default dev; invariants.profiles)
     --repro-dir DIR         TI_REPRO_DIR a runnable repro_<invariant>.py per failure (default: none)
-    --invariants-json PATH  TI_JSON      one JSON record of the run, for `python -m htmlreport suite` (default: none)
+    --invariants-json PATH  TI_JSON      one JSON record of the run, for `python -m invariants.htmlreport suite` (default: none)
     --examples-db ADDRESS   TI_EXAMPLES_DB  a shared example database, redis://host:port/db or a folder (default: none;
                                          invariants.examples_db): dev and thorough read and write it, ci replays its failures first
 
@@ -360,7 +360,7 @@ class _JsonRecord:
     def pytest_terminal_summary(self, terminalreporter):
         written = getattr(self, "written", None)
         if written is not None:
-            terminalreporter.write_line(f"transformer-invariants: the run's record is in {written} (python -m htmlreport suite {written})")
+            terminalreporter.write_line(f"transformer-invariants: the run's record is in {written} (python -m invariants.htmlreport suite {written})")
 
 
 @pytest.fixture(scope="session")

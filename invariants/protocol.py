@@ -122,7 +122,7 @@ width H·D and H_kv·D: transformers' `Olmo2Attention`); it is another function,
 (tests/test_qk_norm.py). Gemma 3 multiplies by (1 + w): an adapter passes w = gain − 1. The declarations it honours:
 `ROPE_PAIRING`, `ROPE_THETA`, `RMS_NORM_EPS`, `ATTENTION_WEIGHTS = False` (`qk_norm.weights_bounded_below` is then
 skipped) and `COMPUTE_DTYPE = "float32"` (a float64 run skips the four laws held to rounding: `agrees_with_reference`,
-`relative_positions`, `repeated_kv_heads`, `head_rescaling_invariant`). `adapters/qwen3.py` puts transformers'
+`relative_positions`, `repeated_kv_heads`, `head_rescaling_invariant`). `invariants/adapters/qwen3.py` puts transformers'
 `Qwen3Attention` behind it.
 """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import reference.numpy as ref
-from mutants import Mutant
+from invariants.mutants import Mutant
 
 
 @dataclass(frozen=True)
@@ -136,9 +136,9 @@ def names_the_bug(bug, lines):
 
 def outcomes_of(bug, *, profile="ci"):
     """(invariant, status, reason) for every invariant on `bug` (a held one's reason left empty); those that cannot reach its bug held unrun."""
+    from invariants.mutants.matrix import _settings, could_reach
     from invariants.registry import all_invariants
     from invariants.runner import run_invariant
-    from mutants.matrix import _settings, could_reach
 
     impl, settings, triples = bug.implementation(), _settings(profile), []
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -170,7 +170,7 @@ def figures(likely_bugs, outcomes=None):
     A held-out bug by names_the_bug; a documented one when the line names an invariant of its named_by
     (killed_by and also_named_by), or, looser, one of its killed_by's component.
     """
-    from mutants.documented import documented_mutants
+    from invariants.mutants.documented import documented_mutants
 
     outcomes = json.loads(OUTCOMES.read_text()) if outcomes is None else outcomes
     lines = {name: likely_bugs([tuple(o) for o in triples]) for name, triples in outcomes.items()}
@@ -183,7 +183,7 @@ def figures(likely_bugs, outcomes=None):
 
 def main():
     """Write every held-out and documented bug's outcomes to OUTCOMES, a bug a line (python -m tests.heldout_bugs; minutes)."""
-    from mutants.documented import documented_mutants
+    from invariants.mutants.documented import documented_mutants
 
     bugs = [*HELD_OUT.values(), *documented_mutants()]
     rows = {bug.name: outcomes_of(bug) for bug in bugs}

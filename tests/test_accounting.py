@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import accounting
-from accounting import BITS, ConfigError, card, count, kv_values_per_token, model_from_config, param_count, read_config, tensor_shapes
-from accounting.cli import main
-from accounting.strategies import model_configs
+import invariants.accounting
+from invariants.accounting import BITS, ConfigError, card, count, kv_values_per_token, model_from_config, param_count, read_config, tensor_shapes
+from invariants.accounting.cli import main
+from invariants.accounting.strategies import model_configs
 from reference.counts import gpt_param_count
 from strategies._validation import InvalidArgument
 from strategies.params import gpt_configs, gpt_params
@@ -54,7 +54,7 @@ def test_gpt2_variants(overrides, total):
 
 
 def test_every_shipped_config_is_a_known_figure():
-    assert set(accounting.known_models()) == set(KNOWN)
+    assert set(invariants.accounting.known_models()) == set(KNOWN)
 
 
 def test_known_breakdowns():
@@ -103,7 +103,7 @@ def test_count_is_the_sum_of_the_tensors_by_part(config):
     model = model_from_config(config)
     c = count(model)
     tensors = tensor_shapes(model)
-    by_part = {part: sum(t.size for t in tensors if t.part == part) for part in accounting.PARTS}
+    by_part = {part: sum(t.size for t in tensors if t.part == part) for part in invariants.accounting.PARTS}
     assert c.parts == by_part, config
     assert len({t.name for t in tensors}) == len(tensors)
 
@@ -289,7 +289,7 @@ def test_an_override_by_alias_replaces_the_key_it_stands_for(alias, key, capsys)
 
 def test_cli_list(capsys):
     assert main(["--list"]) == 0
-    assert capsys.readouterr().out.split() == accounting.known_models()
+    assert capsys.readouterr().out.split() == invariants.accounting.known_models()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -316,7 +316,7 @@ def test_cli_missing_key_from_a_file(tmp_path, capsys):
 
 
 def test_python_m_accounting_runs():
-    done = subprocess.run([sys.executable, "-m", "accounting", "llama-3-8b"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "invariants.accounting", "llama-3-8b"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "8,030,261,248" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "accounting", "--set", "x", "gpt2"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "invariants.accounting", "--set", "x", "gpt2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -6,9 +6,9 @@ Runs where transformers is installed (`tox -e external`, or `pip install -e ".[e
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import accounting
-from accounting import model_from_config, param_count, read_config, tensor_shapes
-from accounting.strategies import model_configs
+import invariants.accounting
+from invariants.accounting import model_from_config, param_count, read_config, tensor_shapes
+from invariants.accounting.strategies import model_configs
 
 torch = pytest.importorskip("torch", reason="the comparison builds transformers models; torch is not installed")
 transformers = pytest.importorskip("transformers", reason="the comparison builds transformers' own models; transformers is not installed "
@@ -32,7 +32,7 @@ def as_transformers_builds_it(config):
     return config
 
 
-@pytest.mark.parametrize("name", accounting.known_models())
+@pytest.mark.parametrize("name", invariants.accounting.known_models())
 def test_known_model_counts_equal_transformers(name):
     config = read_config(name)
     shapes = built(as_transformers_builds_it(config))

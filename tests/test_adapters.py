@@ -13,13 +13,13 @@ pytest.importorskip("torch", reason="the adapters wrap torch code; torch is not 
 
 import torch  # noqa: E402
 
-from adapters import toolkit as tk  # noqa: E402
 from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant  # noqa: E402
+from invariants.adapters import toolkit as tk  # noqa: E402
 from invariants.profiles import profile_settings  # noqa: E402
 
 all_invariants()
 FEW = settings(max_examples=8, derandomize=True, database=None, deadline=None)
-ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
+ADAPTERS = Path(__file__).resolve().parent.parent / "invariants" / "adapters"
 
 CHOSEN = {  # adapter: (dtype, invariants)
     "torch_sdpa": ("float64", ("attention.causal_non_leakage", "attention.causal_weights_pattern",
@@ -73,8 +73,9 @@ LINE_BUDGETS = {  # code lines per adapter: the README's promise is a few lines,
 
 def _adapter(name, dtype):
     if name in NEEDS:
-        pytest.importorskip(NEEDS[name], reason=f"adapters.{name} wraps {NEEDS[name]}, which is not installed (pip install -e '.[external]')")
-    return load_implementation(f"adapters.{name}", dtype=dtype)
+        pytest.importorskip(NEEDS[name], reason=f"invariants.adapters.{name} wraps {NEEDS[name]}, "
+                                                         f"which is not installed (pip install -e '.[external]')")
+    return load_implementation(f"invariants.adapters.{name}", dtype=dtype)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def test_mixtral_balance_loss_is_transformers_divided_by_k():
     _adapter("mixtral", "float32")
     from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
-    from adapters.mixtral import load_balancing_loss
+    from invariants.adapters.mixtral import load_balancing_loss
 
     logits = torch.tensor([[0.5, 0.0, -1.0, 2.0], [1.0, 1.5, 0.0, -0.5], [0.0, 0.25, 3.0, 1.0]])
     k = 2
@@ -107,7 +108,7 @@ def test_mixtral_balance_loss_is_transformers_divided_by_k():
 
 def test_gpt2_counts_the_tied_head_once():
     _adapter("gpt2", "float64")
-    from adapters.gpt2 import gpt_param_count
+    from invariants.adapters.gpt2 import gpt_param_count
 
     assert gpt_param_count(50257, 768, 12, 1024, True) == 124_439_808
     assert gpt_param_count(50257, 768, 12, 1024, False) == 124_402_944
@@ -150,7 +151,8 @@ def test_code_lines_counts_code_only():
 def test_adapter_is_a_few_lines(path):
     budget = LINE_BUDGETS[path]
     count = code_lines((ADAPTERS / path).read_text(encoding="utf-8"))
-    assert count <= budget, f"adapters/{path} has {count} lines of code, over its budget of {budget}: move what is generic into adapters/toolkit.py"
+    assert count <= budget, (f"invariants/adapters/{path} has {count} lines of code, over its budget of {budget}: "
+                                 "move what is generic into invariants/adapters/toolkit.py")
 
 
 # -- the toolkit ---------------------------------------------------------------------------------

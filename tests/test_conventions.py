@@ -488,7 +488,7 @@ def test_the_hints_name_the_bias_declarations():
 
 def test_torch_encoder_layer_without_biases_passes_with_its_declarations():
     # nn.TransformerEncoderLayer(bias=False): no bias in its LayerNorms, its feed-forward Linears or its attention
-    from adapters import toolkit as tk
+    from invariants.adapters import toolkit as tk
 
     def layer(d_model, n_heads=1, d_ff=1, eps=1e-5):
         return torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=0.0, activation="gelu", layer_norm_eps=eps,

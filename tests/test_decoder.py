@@ -333,7 +333,7 @@ def test_qkv_biases_are_drawn_only_where_declared():
 
 
 def test_every_new_component_has_invariants_and_mutants():
-    from mutants import all_mutants
+    from invariants.mutants import all_mutants
 
     components = {inv.component for inv in REGISTRY.values()}
     killed = {m.killed_by for m in all_mutants()}

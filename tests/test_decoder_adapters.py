@@ -29,7 +29,7 @@ CASES = [(adapter, dtype, name) for adapter, (dtype, names) in CHOSEN.items() fo
 def test_decoder_adapter_passes(adapter, dtype, name):
     if adapter != "sdpa_gqa":
         pytest.importorskip("transformers", reason="the transformers adapters need transformers (pip install -e '.[external]')")
-    impl = load_implementation(f"adapters.{adapter}", dtype=dtype)
+    impl = load_implementation(f"invariants.adapters.{adapter}", dtype=dtype)
     outcome = run_invariant(REGISTRY[name], impl, settings=FEW)
     assert outcome.passed, outcome.report or outcome.reason
 
@@ -42,18 +42,18 @@ def test_each_transformers_adapter_declares_its_family_conventions():
         "qwen2": {"ROPE_PAIRING": "half_split", "QKV_BIASES": True},
     }
     for adapter, declarations in expected.items():
-        assert load_implementation(f"adapters.{adapter}", dtype="float32").declarations == declarations, adapter
+        assert load_implementation(f"invariants.adapters.{adapter}", dtype="float32").declarations == declarations, adapter
 
 
 @pytest.mark.parametrize("adapter", ["mistral", "qwen2"])
 def test_the_suite_finds_the_librarys_own_sliding_cache_at_window_one(adapter, monkeypatch):
-    """transformers 5.24's sliding cache layer keeps every position at w = 1 (adapters/hf_decoder.decode_cache works round it)."""
+    """transformers 5.24's sliding cache layer keeps every position at w = 1 (invariants/adapters/hf_decoder.decode_cache works round it)."""
     pytest.importorskip("transformers")
     from transformers import DynamicCache
 
-    from adapters import hf_decoder
+    from invariants.adapters import hf_decoder
 
-    impl = load_implementation(f"adapters.{adapter}", dtype="float32")
+    impl = load_implementation(f"invariants.adapters.{adapter}", dtype="float32")
     monkeypatch.setattr(hf_decoder, "decode_cache", lambda config, window: DynamicCache(config=config))  # the library's own
     outcome = run_invariant(REGISTRY["decoding.decode_matches_full_forward"], impl, settings=profile_settings("ci"))
     # wrong logits, or a mask and a cache of different lengths that the library's attention refuses (RuntimeError)
@@ -76,6 +76,7 @@ PUBLIC_CASES = [(adapter, name) for adapter, (_, names) in PUBLIC.items() for na
 @pytest.mark.parametrize("adapter, name", PUBLIC_CASES, ids=[f"{a}-{n}" for a, n in PUBLIC_CASES])
 def test_public_decoder_adapter_passes(adapter, name):
     package = PUBLIC[adapter][0]
-    pytest.importorskip(package, reason=f"adapters.{adapter} wraps {package}, which is not installed (docs/adapters.md says how to run it)")
-    outcome = run_invariant(REGISTRY[name], load_implementation(f"adapters.{adapter}", dtype="float32"), settings=FEW)
+    reason = f"invariants.adapters.{adapter} wraps {package}, which is not installed (docs/adapters.md says how to run it)"
+    pytest.importorskip(package, reason=reason)
+    outcome = run_invariant(REGISTRY[name], load_implementation(f"invariants.adapters.{adapter}", dtype="float32"), settings=FEW)
     assert outcome.passed, outcome.report or outcome.reason

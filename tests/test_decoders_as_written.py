@@ -84,7 +84,7 @@ def test_a_cache_allocated_up_front_passes_by_its_positions(ring):
 
 
 def test_the_cache_law_still_fails_the_three_bugs_it_exists_for():
-    from mutants import all_mutants
+    from invariants.mutants import all_mutants
 
     zoo = {m.name: m for m in all_mutants()}
     for name in ("decoder.cache_replaced", "decoder.cache_after_repeat_kv", "decoder.window_cache_keeps_too_little"):
@@ -149,7 +149,7 @@ LLAMA = ("llama.residual_identity", "llama.causal_non_leakage", "llama.values_ar
 
 def _float32_internals(dtype, **declarations):
     """The reference whose RMSNorm and RoPE compute in float32 (x.float(), float32 tables), as the block uses them."""
-    from mutants import Mutant
+    from invariants.mutants import Mutant
 
     module = Mutant("test.float32", "", "", "numpy", "rope", _in_float32(rn.rope)).namespace()
     module.rms_norm = _in_float32(rn.rms_norm)
@@ -223,7 +223,7 @@ def _core_adapter(one_too_wide=False):
 
     import torch
 
-    from adapters import toolkit as tk
+    from invariants.adapters import toolkit as tk
 
     Attention = _attention_module(torch, one_too_wide=one_too_wide)
 
@@ -266,7 +266,7 @@ def test_the_default_matrix_runs_the_masks_in_float16():
     import configparser
     from pathlib import Path
 
-    from mutants import all_mutants
+    from invariants.mutants import all_mutants
 
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(Path(__file__).parents[1] / "tox.ini")
@@ -282,7 +282,7 @@ def test_the_toolkit_runs_a_meta_style_core_through_its_own_cache():
     import sys
     from unittest import mock
 
-    from adapters import toolkit as tk
+    from invariants.adapters import toolkit as tk
 
     def forward(attn, x, positions):  # Meta's forward(x, start_pos); its RoPE is a module-level function, patched for the call
         with mock.patch.object(sys.modules[__name__], "apply_rotary", lambda x, positions: x):
@@ -345,7 +345,7 @@ def _plain_llama(torch):
 def test_the_toolkit_puts_a_plain_pytorch_llama_with_its_own_cache_behind_the_protocol():
     """tk.llama_logits and tk.llama_decode on _plain_llama (slots "whole"), and the same code storing keys per query head fails the cache law."""
     torch = pytest.importorskip("torch")
-    from adapters import toolkit as tk
+    from invariants.adapters import toolkit as tk
 
     Llama = _plain_llama(torch)
     BLOCK = {"attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "wq.weight": tk.T("W_q"), "wk.weight": tk.T("W_k"), "wv.weight": tk.T("W_v"),

@@ -17,8 +17,8 @@ SIGNATURES = load_signatures()
 
 
 def test_the_shipped_signatures_name_zoo_mutants_and_registered_invariants():
-    """A mutant added since the last `python -m mutants.matrix --whole --signatures invariants/signatures.json` is diagnosed from the others."""
-    from mutants import all_mutants
+    """A mutant added since the last `python -m invariants.mutants.matrix --whole --signatures` is diagnosed from the others."""
+    from invariants.mutants import all_mutants
 
     assert set(SIGNATURES) <= {m.name for m in all_mutants()}, "a signature names a mutant the zoo no longer has: regenerate them"
     for name, signature in SIGNATURES.items():
@@ -43,8 +43,8 @@ REFERENCE_SHORTCUTS = {"llama_logits": {"llama_decode"}, "cross_attention": {"gq
 
 @pytest.mark.parametrize("reference", ["reference.numpy", "reference.torch"])
 def test_what_each_entry_builds_on_is_what_the_reference_calls(reference):
-    """The entries' builds_on, closed, against the call graph mutants.matrix computes from the reference's code."""
-    from mutants.matrix import reachable
+    """The entries' builds_on, closed, against the call graph invariants.mutants.matrix computes from the reference's code."""
+    from invariants.mutants.matrix import reachable
 
     namespace = pytest.importorskip(reference)
     for name, entry in FUNCTIONS.items():
@@ -116,7 +116,7 @@ def test_the_held_out_outcomes_are_those_of_the_held_out_and_documented_bugs():
     """tests/fixtures/heldout_outcomes.json is rewritten (python -m tests.heldout_bugs) when a bug is added to either set."""
     from heldout_bugs import HELD_OUT, OUTCOMES
 
-    from mutants.documented import documented_mutants
+    from invariants.mutants.documented import documented_mutants
 
     assert set(json.loads(OUTCOMES.read_text())) == set(HELD_OUT) | {m.name for m in documented_mutants()}
 

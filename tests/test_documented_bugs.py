@@ -1,4 +1,4 @@
-"""The catalogue of documented bugs (mutants/documented.py): sourced, real, and caught wherever the suite reaches.
+"""The catalogue of documented bugs (invariants/mutants/documented.py): sourced, real, and caught wherever the suite reaches.
 
 - every entry cites its tracker thread(s) as owner/repo#number and quotes the shipped line;
 - the catalogue stays apart from the synthetic zoo (its own registry, not in ZOO_MODULES);
@@ -16,11 +16,11 @@ import warnings
 import numpy as np
 import pytest
 
-import mutants
+import invariants.mutants
 import reference.numpy as ref
 from invariants import REGISTRY, all_invariants, run_invariant
+from invariants.mutants.documented import SOURCE_FORM, DocumentedMutant, EquivalentControl, documented_mutants, equivalent_controls, source_url
 from invariants.profiles import profile_settings
-from mutants.documented import SOURCE_FORM, DocumentedMutant, EquivalentControl, documented_mutants, equivalent_controls, source_url
 
 all_invariants()
 CI = profile_settings("ci")
@@ -53,8 +53,8 @@ def test_the_catalogue_has_at_least_fifteen_documented_bugs_and_a_negative_contr
 
 
 def test_the_catalogue_is_kept_apart_from_the_synthetic_zoo():
-    assert "documented" not in mutants.ZOO_MODULES
-    zoo = {m.name for m in mutants.all_mutants()}
+    assert "documented" not in invariants.mutants.ZOO_MODULES
+    zoo = {m.name for m in invariants.mutants.all_mutants()}
     assert not zoo & set(_ids(DOCUMENTED) + _ids(CONTROLS))
     assert all(isinstance(m, DocumentedMutant) for m in DOCUMENTED)
     assert all(isinstance(c, EquivalentControl) and c.killed_by is None for c in CONTROLS)

@@ -7,10 +7,10 @@ import invariants.runner as runner
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
 from invariants.dtypes import NOT_FLOATING, answer_dtype
 from invariants.inputs import VALID_INPUTS
+from invariants.mutants import MUTANTS, all_mutants
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS
 from invariants.registry import REGISTRY
-from mutants import MUTANTS, all_mutants
 
 torch = pytest.importorskip("torch")
 
@@ -80,7 +80,7 @@ def test_the_references_keep_the_dtype_everywhere(target, dtype):
 @pytest.mark.parametrize("adapter", ["torch_sdpa", "torch_mha"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torch_attention_adapters_keep_the_dtype(adapter, dtype):
-    assert _status(REGISTRY["dtypes.attention_keeps_dtype"], load_implementation(f"adapters.{adapter}", dtype=dtype)) == "passed"
+    assert _status(REGISTRY["dtypes.attention_keeps_dtype"], load_implementation(f"invariants.adapters.{adapter}", dtype=dtype)) == "passed"
 
 
 FLOAT64_LEAKS = [m for m in MUTANTS.values() if m.name.startswith("dtypes.") and m.backend == "numpy"]

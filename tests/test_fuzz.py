@@ -21,12 +21,13 @@ from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDa
 
 from invariants import REGISTRY, all_invariants, load_implementation, run_invariant
 from invariants.examples_db import ExamplesDatabaseError, FuzzTargetKeys, example_key, open_database
+from invariants.mutants.reach import REACH
 from invariants.profiles import profile_settings, sharing
-from mutants.reach import REACH
 
 all_invariants()
 ROOT = Path(__file__).resolve().parent.parent
-MUTANT = "mutants.reach:layer_norm_tile_4x11"  # every ci run passes it (test_the_ci_profile_misses_each_hidden_reach_mutant_in_its_component)
+# every ci run passes it (test_the_ci_profile_misses_each_hidden_reach_mutant_in_its_component)
+MUTANT = "invariants.mutants.reach:layer_norm_tile_4x11"
 # The norms invariants that see it soonest (a few hundred random examples at most), so two workers find it in seconds.
 TARGETS = "layer_norm_agrees_with_reference or layer_norm_row_statistics or rms_norm_of_centred_is_layer_norm"
 FUZZ_SECONDS = 150  # the bound on the fuzzing: about 15 s here on a quiet machine, over 100 s with the cores shared five ways
@@ -143,7 +144,7 @@ def test_a_failure_two_fuzz_workers_find_is_replayed_shrunk_by_every_ci_run_shar
         assert correct.returncode == 0, correct.stdout[-3000:]
 
 
-TILE_SUBMISSION = '''"""A student's layer_norm with the (4, 11) tile bug of mutants.reach: ci's examples miss it."""
+TILE_SUBMISSION = '''"""A student's layer_norm with the (4, 11) tile bug of invariants.mutants.reach: ci's examples miss it."""
 import numpy as np
 
 BACKEND = "numpy"
@@ -158,9 +159,9 @@ GATE_ASSIGNMENT = '[assignment]\nbackend = "numpy"\n[examples]\nprofile = "ci"\n
 
 
 def test_the_gate_keeps_its_own_seed_and_never_reads_a_database_a_student_s_run_writes(tmp_path, monkeypatch):
-    from gate.config import load_assignment
-    from gate.grade import grade
-    from gate.result import PASSED
+    from invariants.gate.config import load_assignment
+    from invariants.gate.grade import grade
+    from invariants.gate.result import PASSED
 
     submission, folder = tmp_path / "student.py", tmp_path / "examples"
     submission.write_text(TILE_SUBMISSION)

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate import wire
-from gate.cli import main
-from gate.config import ConfigError, load_assignment, shipped_assignments
-from gate.grade import derive_seed, grade
-from gate.result import EXIT_CODES, FAILED, GATE_ERROR, PASSED, STATUSES, without_volatile
-from gate.scan import scan_source
-from gate.text import clean_output
+from invariants.gate import wire
+from invariants.gate.cli import main
+from invariants.gate.config import ConfigError, load_assignment, shipped_assignments
+from invariants.gate.grade import derive_seed, grade
+from invariants.gate.result import EXIT_CODES, FAILED, GATE_ERROR, PASSED, STATUSES, without_volatile
+from invariants.gate.scan import scan_source
+from invariants.gate.text import clean_output
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"
@@ -148,7 +148,7 @@ def test_pyproject_table_is_an_assignment(tmp_path):
 def test_a_shipped_assignment_is_found_by_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # from any folder, as from a wheel: the name finds the package's own file
     a = load_assignment("p01")
-    assert Path(a.path) == ROOT / "gate" / "assignments" / "p01.toml" and a.name == load_assignment(Path(a.path)).name
+    assert Path(a.path) == ROOT / "invariants" / "gate" / "assignments" / "p01.toml" and a.name == load_assignment(Path(a.path)).name
     assert shipped_assignments() == ["lesson", "llama", "p01"]
     with pytest.raises(ConfigError, match=r"^no shipped assignment 'p02' \(shipped: lesson, llama, p01\); pass a path such as p02.toml"):
         load_assignment("p02")
@@ -158,7 +158,7 @@ def test_a_shipped_assignment_is_found_by_name(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["p01.toml", "lesson.toml"])
 def test_shipped_assignments_load(name):
-    a = load_assignment(ROOT / "gate" / "assignments" / name)
+    a = load_assignment(ROOT / "invariants" / "gate" / "assignments" / name)
     names = {s.name for s in a.selected}
     assert {"attention.causal_non_leakage", "block.residual_identity", "model.causal_non_leakage", "course.tokenizer_round_trip"} <= names
     assert "torch.nn.functional.scaled_dot_product_attention" in a.forbidden and a.on_forbidden == "fail"
@@ -183,12 +183,12 @@ def test_source_scan_resolves_aliases():
 
 
 def test_source_scan_lets_the_shipped_modules_through_and_nothing_beside_them():
-    source = ("from adapters import toolkit as tk\nimport adapters.toolkit\n"
-              "import adapters\nfrom adapters import gpt2, toolkit\n"
-              "import adapters.mixtral\nimportlib.import_module('adapters.toolkit')\n"
-              "from adapters.toolkit import layer_norm\n")
-    found = scan_source(source, "s.py", forbidden=[], blocked={"adapters"}, shipped={"adapters", "adapters.toolkit"})
-    assert [(e["name"], e["where"]) for e in found] == [("adapters.gpt2", "s.py:4"), ("adapters.mixtral", "s.py:5")]
+    source = ("from invariants.adapters import toolkit as tk\nimport invariants.adapters.toolkit\n"
+              "import invariants.adapters\nfrom invariants.adapters import gpt2, toolkit\n"
+              "import invariants.adapters.mixtral\nimportlib.import_module('invariants.adapters.toolkit')\n"
+              "from invariants.adapters.toolkit import layer_norm\n")
+    found = scan_source(source, "s.py", forbidden=[], blocked={"invariants"}, shipped={"invariants.adapters", "invariants.adapters.toolkit"})
+    assert [(e["name"], e["where"]) for e in found] == [("invariants.adapters.gpt2", "s.py:4"), ("invariants.adapters.mixtral", "s.py:5")]
 
 
 def test_the_guard_opens_a_blocked_package_to_its_shipped_modules_alone(tmp_path):
@@ -201,7 +201,7 @@ def test_the_guard_opens_a_blocked_package_to_its_shipped_modules_alone(tmp_path
     (elsewhere / "pkg" / "__init__.py").write_text("")
     (elsewhere / "pkg" / "secret.py").write_text("VALUE = 'the secret'\n")
     shipped = {"pkg.tools": str(lib / "pkg" / "tools" / "__init__.py"), "pkg.tools.kit": str(lib / "pkg" / "tools" / "kit.py")}
-    code = (f"import sys; sys.path.append({str(elsewhere)!r}); from gate.worker import Guard\n"
+    code = (f"import sys; sys.path.append({str(elsewhere)!r}); from invariants.gate.worker import Guard\n"
             f"guard = Guard(['pkg'], [], {str(tmp_path / 'submission')!r}, {shipped!r}); guard.install()\n"
             "import pkg.tools.kit; print(pkg.tools.kit.VALUE, list(pkg.__path__))\n"
             "try:\n    import pkg.secret\nexcept ImportError as exc:\n    print(exc)\n"
@@ -279,7 +279,7 @@ def test_unsafe_zip_is_not_gradable(tmp_path):
 def test_reports_of_a_failure(tmp_path):
     result = grade(HOSTILE / "wrong_shape.py", load_assignment(ASSIGNMENT))
     assert all(inv.status in STATUSES for inv in result.invariants)
-    from gate.reports import write_reports
+    from invariants.gate.reports import write_reports
 
     write_reports(result, tmp_path)
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
@@ -294,12 +294,12 @@ def test_reports_of_a_failure(tmp_path):
 
 
 def test_a_gate_failure_is_a_gate_error(monkeypatch):
-    import gate.grade
+    import invariants.gate.grade
 
     def broken(self):
         raise RuntimeError("the worker could not start: simulated")
 
-    monkeypatch.setattr(gate.grade.Session, "start", broken)
+    monkeypatch.setattr(invariants.gate.grade.Session, "start", broken)
     result = grade(HOSTILE / "good.py", load_assignment(ASSIGNMENT))
     assert result.verdict == GATE_ERROR and result.exit_code == 4 and "simulated" in result.reason
 
@@ -321,7 +321,7 @@ def test_cli_usage_errors(tmp_path, capsys):
 
 
 def test_python_dash_m_gate_runs(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "gate", str(HOSTILE / "wrong_type.py"), "-a", str(ASSIGNMENT), "-o", str(tmp_path), "-q"],
+    done = subprocess.run([sys.executable, "-m", "invariants.gate", str(HOSTILE / "wrong_type.py"), "-a", str(ASSIGNMENT), "-o", str(tmp_path), "-q"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stdout.startswith("failed (exit 1)")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gate.config import ConfigError, load_assignment
-from gate.grade import grade
-from gate.reports import to_markdown, to_terminal
-from gate.result import EXIT_CODES, NOT_GRADABLE, PASSED
+from invariants.gate.config import ConfigError, load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.reports import to_markdown, to_terminal
+from invariants.gate.result import EXIT_CODES, NOT_GRADABLE, PASSED
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DECLARING = FIXTURES / "declarations"
@@ -45,7 +45,7 @@ def test_a_bad_declarations_table_says_what_to_fix(tmp_path, table, message):
 
 @pytest.mark.parametrize("name", ["p01", "lesson", "llama"])
 def test_shipped_assignments_say_what_may_be_declared(name):
-    assert load_assignment(ROOT / "gate" / "assignments" / f"{name}.toml").declarations is not None
+    assert load_assignment(ROOT / "invariants" / "gate" / "assignments" / f"{name}.toml").declarations is not None
 
 
 def test_the_table_allows_its_values_and_every_default_refuses_the_rest(tmp_path):

@@ -74,7 +74,7 @@ def _sandbox_of(report_dir):
 
 @pytest.mark.slow
 def test_example_reports_are_in_sync(tmp_path, monkeypatch):
-    from gate import confine
+    from invariants.gate import confine
 
     tool = confine.choose("auto")
     if not tool.confined:

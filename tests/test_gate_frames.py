@@ -1,8 +1,8 @@
 """What a submission puts in front of the parent is the submission's fault, never a gate error (issue 24, sections 4 and 5).
 
-Frames (gate.frames: one schema, bounded depth), answers of the wrong dtype or shape (refused from
-their declarations, before their bytes are read), archives and file names (gate.submission) and
-names that collide with a batch's own files (gate.batch) each end as "failed" or "not gradable",
+Frames (invariants.gate.frames: one schema, bounded depth), answers of the wrong dtype or shape (refused from
+their declarations, before their bytes are read), archives and file names (invariants.gate.submission) and
+names that collide with a batch's own files (invariants.gate.batch) each end as "failed" or "not gradable",
 with a one-line reason that names what broke.
 """
 
@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from gate import frames, wire
-from gate.batch import report_names
-from gate.cli import main
-from gate.config import load_assignment
-from gate.grade import grade
-from gate.result import FAILED, NOT_GRADABLE
 from invariants import all_invariants, run_invariant
+from invariants.gate import frames, wire
+from invariants.gate.batch import report_names
+from invariants.gate.cli import main
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.result import FAILED, NOT_GRADABLE
 from invariants.profiles import profile_settings
 from invariants.protocol import load_implementation
 

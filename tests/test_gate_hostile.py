@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from gate.config import load_assignment
-from gate.grade import grade
-from gate.reports import write_reports
-from gate.result import FAILED, NOT_GRADABLE, PASSED, SCHEMA_VERSION
-from gate.sandbox import UID_BASE
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.reports import write_reports
+from invariants.gate.result import FAILED, NOT_GRADABLE, PASSED, SCHEMA_VERSION
+from invariants.gate.sandbox import UID_BASE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"
@@ -154,7 +154,7 @@ def test_monkeypatching_changes_nothing_and_is_evidence(assignment, tmp_path):
     known = next(i for i in result.invariants if i.name == "norms.layer_norm_known_values")
     assert known.status == "failed" and "got -1.16189152, expected -1.34163542" in known.details
     blocked = {e["name"] for e in result.evidence if e["kind"] == "blocked_import"}
-    assert {"invariants", "gate"} <= blocked
+    assert {"invariants.asserts", "invariants.gate"} <= blocked  # invariants itself opens to the shipped toolkit alone
 
 
 def test_reference_import_is_evidence_from_scan_and_worker(assignment, tmp_path):
@@ -173,9 +173,9 @@ def test_a_submission_may_use_the_toolkit_the_gate_ships(assignment, tmp_path):
 
 def test_the_other_adapters_stay_blocked_and_the_reason_names_the_toolkit(assignment, tmp_path):
     result = graded(HOSTILE / "adapter_import.py", assignment, tmp_path)
-    assert result.verdict == NOT_GRADABLE and "does not let a submission import 'adapters.gpt2'" in result.reason, result.reason
-    assert "a submission may import adapters.toolkit" in result.reason
-    assert {e["source"] for e in result.evidence if e["name"] == "adapters.gpt2"} == {"source scan", "worker"}
+    assert result.verdict == NOT_GRADABLE and "does not let a submission import 'invariants.adapters.gpt2'" in result.reason, result.reason
+    assert "a submission may import invariants.adapters.toolkit" in result.reason
+    assert {e["source"] for e in result.evidence if e["name"] == "invariants.adapters.gpt2"} == {"source scan", "worker"}
 
 
 def test_megabytes_of_output_are_capped_and_escaped(assignment, tmp_path):

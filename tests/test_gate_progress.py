@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gate import batch
-from gate.cli import main
+from invariants.gate import batch
+from invariants.gate.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ASSIGNMENT = FIXTURES / "assignments" / "hostile.toml"

@@ -1,4 +1,4 @@
-"""Confinement from the kernel (gate.confine): what a worker under bubblewrap or the unshare fallback can see, write and reach.
+"""Confinement from the kernel (invariants.gate.confine): what a worker under bubblewrap or the unshare fallback can see, write and reach.
 
 The probe (tests/fixtures/hostile/hunt) hunts for the reference through the paths the test names,
 sys.path, sys.modules (the editable finder), the distribution's metadata, /proc (every process's
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-import gate.grade as grade_module
-from gate import batch, confine, sandbox
-from gate.config import load_assignment
-from gate.grade import grade
-from gate.reports import write_reports
-from gate.result import FAILED, GATE_ERROR, PASSED
+import invariants.gate.grade as grade_module
+from invariants.gate import batch, confine, sandbox
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.reports import write_reports
+from invariants.gate.result import FAILED, GATE_ERROR, PASSED
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,8 +67,8 @@ def _hunt(tmp_path, port, *, seconds=4.0):
     secret = tmp_path / "course.secret"
     secret.write_text("s3cret-" + uuid.uuid4().hex + "\n")
     token = uuid.uuid4().hex[:12]
-    hints = {"paths": [str(ROOT / "reference" / "numpy.py"), str(ROOT / "gate" / "assignments" / "p01.toml"), str(secret),
-                       str(ROOT / "gate" / "grade.py")],
+    hints = {"paths": [str(ROOT / "reference" / "numpy.py"), str(ROOT / "invariants" / "gate" / "assignments" / "p01.toml"), str(secret),
+                       str(ROOT / "invariants" / "gate" / "grade.py")],
              "tokens": [secret.read_text().strip(), "hostile fixtures"], "port": port, "token": token, "seconds": seconds}
     (folder / "hints.json").write_text(json.dumps(hints))
     return folder, secret, token
@@ -263,7 +263,7 @@ def test_the_worker_holds_no_capability_whatever_the_umask(tool_name, umask, ass
     empty = {name: "0000000000000000" for name in ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd")}
     assert report["self"] == empty, f"the worker's capability sets under umask {umask:03o}: {report['self']}"
     assert {k: v for k, v in report["init"].items() if k != "CapBnd"} == {k: v for k, v in empty.items() if k != "CapBnd"}, report["init"]
-    if tool_name == "unshare":  # bubblewrap's pid 1 keeps the host's bounding set; gate/launch.py's keeps nothing
+    if tool_name == "unshare":  # bubblewrap's pid 1 keeps the host's bounding set; invariants/gate/launch.py's keeps nothing
         assert report["init"]["CapBnd"] == "0000000000000000", report["init"]
     assert report["name_to_handle_at"] == "EPERM" and report["open_by_handle_at"] == "EPERM", report
     assert report["marker"].startswith("unreadable"), report["marker"]

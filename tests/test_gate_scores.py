@@ -2,13 +2,13 @@
 
 - A degenerate submission (zeros, a constant, the identity, NaN, random numbers, the input one ulp
   away, constants that recognise probes, constants that spend the run's clock) scores 0 on P01: the
-  invariants it satisfies only vacuously are "vacuous", with the reason (gate.degenerate).
+  invariants it satisfies only vacuously are "vacuous", with the reason (invariants.gate.degenerate).
 - Law-abiding garbage (a hard max, attention to the token itself, a block without attention)
   earns nothing for the laws it obeys; the honest functions beside it keep theirs.
 - The check is asked among the invariants' own calls, and keeps a bounded number of bytes.
 - With on_use = "fail", the invariants whose code uses a forbidden API are "voided" (results.json included).
 - A renamed, reformatted copy of reference/numpy.py is flagged and, under P01, failed; two honest
-  independent solutions are not flagged, against the reference or each other (gate.similarity).
+  independent solutions are not flagged, against the reference or each other (invariants.gate.similarity).
 - Student output that carries CI workflow commands is neutralised in every report and on the terminal.
 """
 
@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 
 import reference.numpy as reference
-from gate import degenerate, similarity
-from gate.cli import main
-from gate.config import load_assignment
-from gate.grade import WorkerTransport, grade
-from gate.reports import to_terminal, write_reports
-from gate.result import FAILED, PASSED
+from invariants.gate import degenerate, similarity
+from invariants.gate.cli import main
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import WorkerTransport, grade
+from invariants.gate.reports import to_terminal, write_reports
+from invariants.gate.result import FAILED, PASSED
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -44,7 +44,7 @@ COPY = FIXTURES / "copied" / "renamed_reference.py"
 def p01():
     """P01 as shipped, minus the sandbox requirement (these tests are about scores, and run on hosts without bubblewrap too),
     at 20 examples per invariant instead of 60 (the figures in docs/gate.md are at 60)."""
-    return dataclasses.replace(load_assignment(ROOT / "gate" / "assignments" / "p01.toml"), require=(), max_examples=20)
+    return dataclasses.replace(load_assignment(ROOT / "invariants" / "gate" / "assignments" / "p01.toml"), require=(), max_examples=20)
 
 
 def _reports(result, out):

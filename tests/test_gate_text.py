@@ -1,4 +1,4 @@
-"""gate.text: one escape per format, each checked against what that format's reader does with every hostile character."""
+"""invariants.gate.text: one escape per format, each checked against what that format's reader does with every hostile character."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import pytest
 
-from gate.text import md_cell, md_code, neutralise, printable, xml_text
+from invariants.gate.text import md_cell, md_code, neutralise, printable, xml_text
 
 BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]  # str.splitlines()'s
 COMMANDS = ["::set-output name=x::y", "  ::error::indented", "\u00a0\u200b::warning::after a no-break and a zero-width space",

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import htmlreport
-from htmlreport import figures as F
-from htmlreport.browser import png_size
-from htmlreport.inputs import InputError, load_batch, load_suite, pass_rates, score_histogram, split_failure
+import invariants.htmlreport
+from invariants.htmlreport import figures as F
+from invariants.htmlreport.browser import png_size
+from invariants.htmlreport.inputs import InputError, load_batch, load_suite, pass_rates, score_histogram, split_failure
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "examples" / "reports"
@@ -88,7 +88,7 @@ def test_figures_are_drawn_at_their_size_and_the_committed_ones_are_current():
     if pinned is None or matplotlib.__version__ != pinned.group(1):
         pytest.skip(f"matplotlib {matplotlib.__version__} is not the pinned one: the committed PNGs are not compared")
     stale = [name for name, png in pngs.items() if (ROOT / "examples" / "figures" / f"{name}.png").read_bytes() != png]
-    assert not stale, f"examples/figures is out of date for {stale}: run python -m htmlreport figures"
+    assert not stale, f"examples/figures is out of date for {stale}: run python -m invariants.htmlreport figures"
 
 
 # -- the failure text ------------------------------------------------------------------------------
@@ -205,7 +205,7 @@ def test_suite_report_from_records(records, tmp_path):
     assert [c.label for c in report.columns] == ["mask_after_softmax float64"]
     (card,) = report.cards
     assert card.invariant == "attention.causal_non_leakage" and card.text.example and card.hint and card.repro_source
-    text = htmlreport.render(report, generated="test")
+    text = invariants.htmlreport.render(report, generated="test")
     _self_contained(text)
     assert "<img" not in text and "<figure" not in text  # the lesson's figures are not about this failure: none in the report
     n_rows = len(report.rows)
@@ -229,7 +229,7 @@ def test_batch_report_from_the_gate_examples():
     assert sum(counts) == len(data) and edges[0] == 0 and edges[-1] == 100
     perfect = sum(d["score"] == d["max_score"] for d in data)
     assert counts[-1] >= perfect
-    text = htmlreport.render(report, generated="test")
+    text = invariants.htmlreport.render(report, generated="test")
     _self_contained(text)
     assert 'id="score-histogram"' in text and text.count("<rect") == len(counts)
     assert "This report is for staff" in text
@@ -243,7 +243,7 @@ def test_the_class_report_shows_the_similar_pairs_of_class_summary_md():
     (pair,) = report.pairs
     assert (pair.a, pair.b, pair.a_column, pair.b_column) == ("mask_after_softmax", "unbiased_variance",
                                                                 columns["mask_after_softmax.py"], columns["unbiased_variance.py"])
-    text = htmlreport.render(report, generated="test")
+    text = invariants.htmlreport.render(report, generated="test")
     assert f"{100 * pair.share_of_a:.0f}% | {100 * pair.share_of_b:.0f}%" in listed[0]  # the shares class-summary.md gives
     assert (f'<tr><td><a href="#sub-{pair.a_column}">mask_after_softmax</a></td><td><a href="#sub-{pair.b_column}">unbiased_variance</a></td>'
             f'<td class="mono">{100 * pair.share_of_a:.0f}%</td><td class="mono">{100 * pair.share_of_b:.0f}%</td>'
@@ -253,20 +253,20 @@ def test_the_class_report_shows_the_similar_pairs_of_class_summary_md():
 
 def test_a_report_without_failures_shows_every_row():
     report = load_batch(REPORTS / "good_student")
-    text = htmlreport.render(report, generated="test")
+    text = invariants.htmlreport.render(report, generated="test")
     assert report.pairs is None and "similar-pairs" not in text  # one submission's folder: no pairs to show
     assert '<table class="matrix" id="matrix">' in text and 'id="only-failing">' in text
 
 
 def test_docs_name_the_schema_version_the_gate_writes():
-    from gate.result import SCHEMA_VERSION
+    from invariants.gate.result import SCHEMA_VERSION
 
     named = re.findall(r"report\.json` \(schema version (\d+)", (ROOT / "docs" / "report.md").read_text())
     assert named == [str(SCHEMA_VERSION)]
 
 
 def test_bad_inputs_get_one_line(tmp_path, capsys):
-    from htmlreport.__main__ import main
+    from invariants.htmlreport.__main__ import main
 
     (tmp_path / "x.json").write_text("{}")
     assert main(["suite", str(tmp_path / "x.json"), "-o", str(tmp_path / "r.html")]) == 2
@@ -279,7 +279,7 @@ def test_bad_inputs_get_one_line(tmp_path, capsys):
 
 
 def test_the_batch_command_writes_a_report(tmp_path, capsys):
-    from htmlreport.__main__ import main
+    from invariants.htmlreport.__main__ import main
 
     assert main(["batch", str(REPORTS), "-o", str(tmp_path / "class.html")]) == 0
     assert "class.html: " in capsys.readouterr().out and (tmp_path / "class.html").stat().st_size > 10_000

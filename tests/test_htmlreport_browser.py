@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import htmlreport
-from htmlreport.browser import Browser, find_chromium, png_size
+import invariants.htmlreport
+from invariants.htmlreport.browser import Browser, find_chromium, png_size
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, HEIGHT = 1280, 900
@@ -48,8 +48,8 @@ def reports(tmp_path_factory):
         assert json.loads(record.read_text())["invariants"], record
         records.append(record)
     suite, batch = work / "suite.html", work / "class.html"
-    suite.write_text(htmlreport.suite_html(records), encoding="utf-8")
-    batch.write_text(htmlreport.batch_html(ROOT / "examples" / "reports"), encoding="utf-8")
+    suite.write_text(invariants.htmlreport.suite_html(records), encoding="utf-8")
+    batch.write_text(invariants.htmlreport.batch_html(ROOT / "examples" / "reports"), encoding="utf-8")
     return {"suite": suite, "batch": batch}
 
 

@@ -7,10 +7,10 @@ import pytest
 
 import reference.numpy
 from invariants import REGISTRY, all_invariants
-from mutants import Mutant, all_mutants
-from mutants import matrix as kill_matrix_module
-from mutants.course_checks import all_course_checks
-from mutants.matrix import could_reach, kill_matrix, main, reachable, select, summarise
+from invariants.mutants import Mutant, all_mutants
+from invariants.mutants import matrix as kill_matrix_module
+from invariants.mutants.course_checks import all_course_checks
+from invariants.mutants.matrix import could_reach, kill_matrix, main, reachable, select, summarise
 
 INVARIANTS = [inv for inv in all_invariants() if inv.component == "norms" or inv.name == "attention.causal_non_leakage"]
 ZOO = [m for m in all_mutants() if m.killed_by in {inv.name for inv in INVARIANTS}]

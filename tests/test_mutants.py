@@ -3,8 +3,8 @@
 import pytest
 
 from invariants import REGISTRY, all_invariants, run_invariant
+from invariants.mutants import all_mutants
 from invariants.profiles import profile_settings
-from mutants import all_mutants
 
 all_invariants()
 MUTANTS = all_mutants()

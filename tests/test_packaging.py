@@ -10,7 +10,7 @@ from pathlib import Path
 import tomllib
 
 import invariants
-from gate.config import SHIPPED_ASSIGNMENTS, shipped_assignments
+from invariants.gate.config import SHIPPED_ASSIGNMENTS, shipped_assignments
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -76,7 +76,7 @@ def test_bad_strategy_arguments_are_named(build, message):
 @pytest.mark.parametrize("name", QK_NORM)
 def test_qwen3_adapter_passes(name):
     pytest.importorskip("transformers", reason="the Qwen3 adapter needs transformers (pip install -e '.[external]')")
-    outcome = run_invariant(REGISTRY[name], load_implementation("adapters.qwen3", dtype="float32"), settings=FEW)
+    outcome = run_invariant(REGISTRY[name], load_implementation("invariants.adapters.qwen3", dtype="float32"), settings=FEW)
     assert outcome.passed, outcome.report or outcome.reason
 
 
@@ -112,7 +112,7 @@ def test_olmo2_whole_projection_norm_is_told_apart_from_qwen3s_per_head_norm():
 
 def test_every_qk_norm_law_names_a_mutant_it_kills():
     """Each law has a mutant of QK-norm attention whose bug its hint names (tests/test_mutants.py runs them at ci)."""
-    from mutants import all_mutants
+    from invariants.mutants import all_mutants
 
     named = {name for m in all_mutants() if m.replaces == "qk_norm_attention" for name in m.named_by}
     assert set(QK_NORM) <= named, sorted(set(QK_NORM) - named)

@@ -9,8 +9,8 @@ import pytest
 
 import reference.numpy as ref
 from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant
+from invariants.mutants import MUTANTS, all_mutants
 from invariants.profiles import profile_settings
-from mutants import MUTANTS, all_mutants
 from strategies.core import EITHER_SIDE, GRID, TILE_LENGTHS
 
 all_invariants()

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gate.config import load_assignment
-from gate.grade import grade
-from gate.reports import headline, to_gradescope, to_junit, to_markdown, to_terminal, write_reports
-from gate.result import NOT_GRADABLE
-from htmlreport import batch_html
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.reports import headline, to_gradescope, to_junit, to_markdown, to_terminal, write_reports
+from invariants.gate.result import NOT_GRADABLE
+from invariants.htmlreport import batch_html
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ASSIGNMENT = FIXTURES / "assignments" / "hostile.toml"

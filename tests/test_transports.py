@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.config import load_assignment
-from gate.grade import _settings, grade
 from invariants import load_implementation, run_invariant
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import _settings, grade
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ["good_student", "mask_after_softmax.py", "unbiased_variance.py"]
@@ -29,7 +29,7 @@ def _in_process_target(name, monkeypatch):
 
 @pytest.mark.parametrize("submission", SUBMISSIONS)
 def test_the_gate_and_an_in_process_run_give_the_same_outcomes(submission, monkeypatch):
-    assignment = load_assignment(ROOT / "gate" / "assignments" / "p01.toml")
+    assignment = load_assignment(ROOT / "invariants" / "gate" / "assignments" / "p01.toml")
     assignment = dataclasses.replace(assignment, selected=[s for s in assignment.selected if not s.invariant.in_process])
     graded = grade(ROOT / "examples" / "submissions" / submission, assignment)
     impl = load_implementation(_in_process_target(submission, monkeypatch), backend=graded.submission["backend"] or "numpy", dtype=assignment.dtype)
