@@ -210,8 +210,8 @@ def _without_biases(params):
 @invariant(
     requires=("llama_block",),
     hint="the block's RMSNorm is not x / √(mean(x²) + eps) · gain: eps added outside the root, the row centred first (a LayerNorm's "
-    "centring), the gain applied as (1 + gain), or the mean taken over another axis; else position 0 sees more than its own key "
-    "(a mask that is not causal) or the value heads are repeated in another order",
+    "centring), the gain applied as (1 + gain) or taken from the other norm, or the mean taken over another axis; else position 0 "
+    "sees more than its own key (a mask that is not causal) or the value heads are repeated in another order",
     applies=rounds_in_float32,
 )
 def block_norm_seen_alone(impl, case):

@@ -278,6 +278,19 @@ def rope_on_values(x, p, n_heads, n_kv_heads, positions, rope_base, window, cach
     return _llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing, rotate_values=True)  # BUG
 
 
+@mutant(replaces="llama_attention", killed_by="llama.value_bias_reaches_values",
+        bug="the value bias added twice (a biased projection, then b_v again by hand)")
+def value_bias_added_twice(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    doubled = {**p, "b_v": 2 * p["b_v"]} if "b_v" in p else p  # BUG: b_v twice
+    return _llama_attention(x, doubled, n_heads, n_kv_heads, positions, rope_base, window, cache, pairing)
+
+
+@mutant(replaces="llama_block_step", killed_by="llama.block_norm_seen_alone", bug="the attention's RMSNorm given ffn_norm's gain (gains swapped)")
+def norm_gains_swapped(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
+    swapped = {**params, "attn_norm": params["ffn_norm"], "ffn_norm": params["attn_norm"]}  # BUG: each norm reads the other's gain
+    return ref.llama_block_step(x, swapped, n_heads, n_kv_heads, rope_base, window, positions, cache, pairing=pairing, eps=eps)
+
+
 @mutant(replaces="llama_block_step", killed_by="llama.block_agrees_with_reference", bug="LayerNorm (centred, no bias) where Llama has RMSNorm",
         also_named_by=("llama.block_norm_seen_alone",))  # "the row centred first (a LayerNorm's centring)"
 def layer_norm_for_rms_norm(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
