@@ -583,10 +583,20 @@ def _import_target(target):
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
         if exc.name and target.startswith(exc.name):
-            raise ImplementationLoadError(f"no module named {target!r}") from None
+            raise ImplementationLoadError(f"no module named {target!r}{_moved_hint(target)}") from None
         raise ImplementationLoadError(f"importing {target!r} raised ModuleNotFoundError: {exc}") from None
     except Exception as exc:
         raise ImplementationLoadError(f"importing {target!r} raised {type(exc).__name__}: {first_line(exc)}{where(exc)}") from None
+
+
+MOVED_UNDER_INVARIANTS = ("adapters", "gate", "mutants", "accounting", "htmlreport")
+
+
+def _moved_hint(target: str) -> str:
+    """Where a module of the packages moved under invariants (0.2) lives now, for a target written the old way."""
+    moved = f"invariants.{target}"
+    return f"; did you mean {moved!r}? (the adapters, gate, mutants, accounting and htmlreport moved under invariants)" \
+        if target.split(".")[0] in MOVED_UNDER_INVARIANTS and importlib.util.find_spec(moved.rsplit(".", 1)[0]) else ""
 
 
 def load_target(target: str, *, backend: str | None = None) -> tuple[object, str]:

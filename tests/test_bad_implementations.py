@@ -146,3 +146,9 @@ def test_unknown_profile_is_a_usage_error(pytester, monkeypatch):
 def test_help_is_given_whatever_the_options_say(pytester):
     result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "no_such_module", "--impl-device", "tpu", "--help")
     assert result.ret == pytest.ExitCode.OK and "--impl-device=IMPL_DEVICE" in result.stdout.str()
+
+
+def test_a_target_by_its_name_before_the_move_is_told_its_new_name(pytester):
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "adapters.torch_sdpa", "-p", "no:cacheprovider", "-q")
+    _one_usage_error(result, "--impl='adapters.torch_sdpa' cannot be loaded: no module named 'adapters.torch_sdpa'; did you mean "
+                             "'invariants.adapters.torch_sdpa'?")
