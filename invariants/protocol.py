@@ -101,8 +101,8 @@ def _shown(param, value, dtype):
     return f"{param}={value!r}"
 
 
-NUMBER = dict(outputs=("value",), floating=())  # an int, a count or a str: no dtype to keep
-ATTENTION = dict(outputs=("out", "weights"), floating=("out", "weights"))  # out alone where ATTENTION_WEIGHTS = False
+NUMBER: dict[str, Any] = dict(outputs=("value",), floating=())  # an int, a count or a str: no dtype to keep
+ATTENTION: dict[str, Any] = dict(outputs=("out", "weights"), floating=("out", "weights"))  # out alone where ATTENTION_WEIGHTS = False
 
 QK_NORM_DETAILS = """\
 **qk_norm_attention** is causal grouped-query attention with QK-norm, as in Qwen3 and Gemma 3: params
