@@ -593,10 +593,15 @@ MOVED_UNDER_INVARIANTS = ("adapters", "gate", "mutants", "accounting", "htmlrepo
 
 
 def _moved_hint(target: str) -> str:
-    """Where a module of the packages moved under invariants (0.2) lives now, for a target written the old way."""
+    """Where a module of the packages moved under invariants lives now, for a target written the old way ('' if none is there)."""
     moved = f"invariants.{target}"
-    return f"; did you mean {moved!r}? (the adapters, gate, mutants, accounting and htmlreport moved under invariants)" \
-        if target.split(".")[0] in MOVED_UNDER_INVARIANTS and importlib.util.find_spec(moved.rsplit(".", 1)[0]) else ""
+    if target.split(".")[0] not in MOVED_UNDER_INVARIANTS:
+        return ""
+    try:
+        found = importlib.util.find_spec(moved) is not None
+    except ModuleNotFoundError:  # a parent of it is missing too
+        found = False
+    return f"; did you mean {moved!r}? (the adapters, gate, mutants, accounting and htmlreport moved under invariants)" if found else ""
 
 
 def load_target(target: str, *, backend: str | None = None) -> tuple[object, str]:

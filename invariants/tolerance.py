@@ -38,7 +38,6 @@ MEASURED_SUM_LENGTH = 8
 FLOAT64_AGREEMENT = 1e-10
 
 
-
 def __getattr__(name):
     """ROUNDINGS: {protocol function: its rounding budget}, read from the entries (invariants.protocol.FUNCTIONS, field `roundings`):
     how many roundings of its dtype a correct answer composes, the factor its checks scale the table by (Tolerance.scaled,
