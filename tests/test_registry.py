@@ -9,6 +9,8 @@ from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants, discover_components
 from invariants.tolerance import ROUNDINGS
 
+all_invariants()  # at collection: an inline pytester run in another test module unloads what it imported, and a re-import registers twice
+
 # The lesson order before discovery: test ids, the kill matrix's first failure and the diagnosis depend on it.
 LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "rope", "gqa", "masking", "swiglu",
                 "llama", "decoding", "qk_norm", "cross_attention", "counts", "course", "dtypes")
@@ -42,7 +44,6 @@ def test_discovery_refuses_an_ambiguous_component(tmp_path, modules, message):
 
 
 def test_a_component_registers_its_own_drawer_once():
-    all_invariants()
     assert VALID_INPUTS["qk_norm_attention"].__module__ == "invariants.qk_norm"
     with pytest.raises(ValueError, match="registered twice"):
         valid_inputs("qk_norm_attention")(lambda impl, case: ())
