@@ -15,6 +15,7 @@ from hypothesis.extra.numpy import array_shapes
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
+from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_close_to_a_gelu_form, gelu_forms
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance, agreement_tolerance
@@ -26,6 +27,11 @@ HOLDS = ("gelu",)  # the protocol functions whose laws it holds
 TANH_VS_ERF = 4.8e-4  # max |tanh form - erf form| over all x is 4.73e-4
 RELU_GAP = 0.171  # max (relu(x) - gelu(x)) = -min gelu: 0.16997 (erf form, x = -0.7518), 0.17004 (tanh form, x = -0.7525)
 COURSE_VALUES = ((1.0, 0.841), (-3.0, -0.004), (10.0, 10.0), (0.0, 0.0))  # the course's GELU(z), to 3 decimals
+
+@valid_inputs("gelu")
+def gelu_arguments(impl, case):
+    return (case.draw(activation_inputs(max_ndim=2, max_side=4), "x"),)
+
 
 def _widened(tol, extra):
     """tol with `extra` added to its atol: a stated allowance on top of the rounding."""

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_value, assert_where
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
+from invariants.inputs import valid_inputs
 from invariants.protocol import ImplementationError, describe_call
 from invariants.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
@@ -69,6 +70,12 @@ def _draw_inputs(impl, case, *, large_scores=False, **options):
     if large_scores:
         options.update(max_score_scale=MAX_SCORE_SCALE, max_score_sum=_score_bound(impl))
     return case.draw(_inputs(**options), "inputs")
+
+
+@valid_inputs("attention")
+def attention_arguments(impl, case):
+    causal = case.draw(sampled_from(causal_modes(impl)), "causal")
+    return attention_args(case.draw(attention_inputs(max_batch=2, max_seq=4, max_heads=2, max_d_head=3, causal=causal), "inputs"))
 
 
 def attention_output(impl, answer):

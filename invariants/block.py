@@ -31,10 +31,11 @@ from invariants.conventions import (
     d_ff_for,
     layer_norm_eps,
 )
+from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_row_conditions
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, swept_lengths
+from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, sampled_from, swept_lengths
 from strategies.params import block_params
 
 LESSON = 60  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
@@ -68,6 +69,14 @@ def block_params_for(impl, d_model, *, attn_bias=None):
     feed-forward biases where it declares LAYER_NORM_BIAS or FEED_FORWARD_BIASES = False."""
     bias = False if attn_bias is False else attention_biases(impl)
     return biases_as_declared(impl, block_params(d_model, d_ff=d_ff_for(impl, d_model), attn_bias=bias))
+
+
+@valid_inputs("transformer_block")
+def transformer_block_arguments(impl, case):
+    shape = case.draw(attention_shapes(max_batch=2, max_seq=4, max_heads=2, max_d_head=3), "shape")
+    x = case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
+    params = case.draw(block_params_for(impl, shape.d_model), "params")
+    return x, params, shape.n_heads, case.draw(sampled_from(causal_modes(impl)), "causal")
 
 
 def draw_causal(impl, case):

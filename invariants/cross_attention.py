@@ -15,6 +15,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps, returns_weights
+from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
 from invariants.registry import invariant
@@ -27,6 +28,19 @@ HOLDS = ("cross_attention", "decoder_block")  # the protocol functions whose law
 
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)
 LOW_PRECISION = ("float16", "bfloat16")
+
+
+@valid_inputs("cross_attention")
+def cross_attention_arguments(impl, case):
+    return cross_args(case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs"))
+
+
+@valid_inputs("decoder_block")
+def decoder_block_arguments(impl, case):
+    inputs = case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs")
+    d = inputs["x"].shape[-1]
+    params = case.draw(biases_as_declared(impl, decoder_block_params(d, d_ff=d_ff_for(impl, d))), "params")
+    return inputs["x"], inputs["memory"], params, inputs["n_heads"]
 
 
 def _cross(impl, inputs, call, **changes):

@@ -20,11 +20,13 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import declared, rounds_in_float32
-from invariants.llama import logits_against_reference, model_case, model_condition, named_sizes, sizes
+from invariants.inputs import valid_inputs
+from invariants.llama import draw_one_layer_config, logits_against_reference, model_case, model_condition, named_sizes, sizes
 from invariants.protocol import ImplementationError, describe_call
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
-from strategies.decoder import decode_schedules
+from strategies.decoder import decode_schedules, llama_params
+from strategies.params import token_ids
 
 LESSON = 140  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("llama_decode",)  # the protocol functions whose laws it holds
@@ -37,6 +39,15 @@ def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
     limits = [n for n in (within, declared(impl, "MAX_DECODE_CHUNK")) if n is not None]
     return decode_schedules(seq, min_chunks=min_chunks, max_prefill=within, max_chunk=min(limits, default=None),
                             straddling=window if straddling else None)
+
+
+@valid_inputs("llama_decode")
+def llama_decode_arguments(impl, case):
+    config = draw_one_layer_config(impl, case)
+    params = case.draw(llama_params(config), "params")
+    ids = case.draw(token_ids(config.vocab, max_batch=1, min_seq=2, max_seq=3), "ids")
+    chunks = case.draw(schedules_for(impl, ids.shape[1], config.window), "chunks")  # the chunks it declares it takes
+    return ids, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window, chunks
 
 
 def decode_case(impl, case, *, min_chunks=1, **options):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import biases_as_declared, d_ff_for
+from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -31,6 +32,15 @@ def _draw(impl, case, **states):
     widths = dict(min_hidden=1, max_hidden=4 * d) if fixed is None else dict(min_hidden=fixed, max_hidden=fixed)
     p = case.draw(biases_as_declared(impl, feed_forward_weights(d, **widths)), "W1, b1, W2, b2")
     return x, p
+
+
+@valid_inputs("feed_forward")
+def feed_forward_arguments(impl, case):
+    x = case.draw(hidden_states(max_batch=2, max_seq=3, max_d=6), "x")  # (B, T, d)
+    d_ff = d_ff_for(impl, x.shape[-1])  # None unless FEED_FORWARD_RATIO is declared
+    widths = dict(min_hidden=1, max_hidden=8) if d_ff is None else dict(min_hidden=d_ff, max_hidden=d_ff)
+    p = case.draw(biases_as_declared(impl, feed_forward_weights(x.shape[-1], **widths)), "W1, b1, W2, b2")
+    return x, p["W1"], p["b1"], p["W2"], p["b2"]
 
 
 def _term_scale(impl, x, p):

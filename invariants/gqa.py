@@ -21,6 +21,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_shape, assert_value
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, returns_weights, rounds_in_float32
+from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
@@ -51,6 +52,11 @@ def draw_gqa_inputs(impl, case, *, shape=None, **options):
     if not declared(impl, "KEY_MASK"):
         options["masked"] = False
     return case.draw(_strategy(tuple(sorted(shape.items())), tuple(sorted(options.items()))), "inputs")
+
+
+@valid_inputs("gqa_attention")
+def gqa_attention_arguments(impl, case):
+    return gqa_args(draw_gqa_inputs(impl, case))
 
 
 def attend(impl, inputs, call, **changes):

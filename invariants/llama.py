@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, rms_norm_eps, rounds_in_float32
+from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
@@ -45,6 +46,28 @@ def draw_config(impl, case, **options):
     if declared(impl, "ROPE_THETA") is not None:
         options["bases"] = (declared(impl, "ROPE_THETA"),)
     return case.draw(llama_configs(**options), "config")
+
+
+def draw_one_layer_config(impl, case):
+    """A one-layer LlamaConfig impl can take (draw_config), whose window, where CHUNKS_WITHIN_WINDOW is declared,
+    takes the 3 tokens the drawers of llama_block, llama_logits and llama_decode draw in one forward."""
+    return draw_config(impl, case, max_layers=1, **({"min_window": 3} if declared(impl, "CHUNKS_WITHIN_WINDOW") else {}))
+
+
+@valid_inputs("llama_block")
+def llama_block_arguments(impl, case):
+    config = draw_one_layer_config(impl, case)
+    x = case.draw(float_arrays((1, 3, config.d_model)), "x")
+    params = case.draw(llama_block_params(config), "params")
+    return x, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window
+
+
+@valid_inputs("llama_logits")
+def llama_logits_arguments(impl, case):
+    config = draw_one_layer_config(impl, case)
+    params = case.draw(llama_params(config), "params")
+    ids = case.draw(token_ids(config.vocab, max_batch=1, max_seq=3), "ids")
+    return ids, params, config.n_heads, config.n_kv_heads, config.rope_base, config.window
 
 
 def max_whole_sequence(impl, config, longest=6):

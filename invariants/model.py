@@ -19,6 +19,7 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
 from invariants.block import norms_row_conditions, silenced
 from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps
+from invariants.inputs import valid_inputs
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
@@ -33,6 +34,14 @@ HOLDS = ("gpt_logits",)  # the protocol functions whose laws it holds
 def configs_for(impl, **options):
     """gpt_configs(**options) of models impl can run: attention biases only if it declares them, its feed-forward ratio."""
     return gpt_configs(attn_bias=attention_biases(impl), ff_ratio=declared(impl, "FEED_FORWARD_RATIO") or 4, **options)
+
+
+@valid_inputs("gpt_logits")
+def gpt_logits_arguments(impl, case):
+    sizes = dict(max_vocab=6, max_max_len=4, max_layers=1, max_heads=2, max_d_head=3)
+    config = case.draw(gpt_configs(**sizes, attn_bias=attention_biases(impl)), "config")
+    params = case.draw(biases_as_declared(impl, gpt_params(config)), "params")
+    return case.draw(token_ids(config.vocab, max_batch=2, max_seq=config.max_len), "ids"), params, config.n_heads
 
 
 def _model_case(impl, case, *, min_seq=1, spare_positions=0, wide=False, long_lengths=()):

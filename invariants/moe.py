@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import Declared, biases_as_declared, d_ff_for, declared, expert_function
+from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -42,6 +43,17 @@ def _routing(case, **logit_options):
     shape = case.draw(moe_shapes(), "shape")
     logits = case.draw(router_logits(shape.tokens, shape.experts, **logit_options), "router_logits")  # (N, E)
     return logits, shape.k
+
+
+@valid_inputs("top_k_gates")
+def top_k_gates_arguments(impl, case):
+    shape = case.draw(moe_shapes(max_tokens=4, max_experts=4), "shape")
+    return case.draw(router_logits(shape.tokens, shape.experts), "router_logits"), shape.k  # (N, E)
+
+
+@valid_inputs("load_balancing_loss")
+def load_balancing_loss_arguments(impl, case):
+    return top_k_gates_arguments(impl, case)  # the same router logits and k
 
 
 def _gates(impl, logits, k, call):
@@ -315,6 +327,14 @@ def moe_params_for(impl, d_model, n_experts, d_ff_default=None):
     """moe_params impl's moe can take: experts of the declared EXPERT_FFN, FEED_FORWARD_RATIO·d wide, without biases where declared."""
     params = moe_params(d_model, n_experts, d_ff=d_ff_for(impl, d_model, d_ff_default), expert_ffn=declared(impl, "EXPERT_FFN"))
     return biases_as_declared(impl, params)
+
+
+@valid_inputs("moe")
+def moe_arguments(impl, case):
+    shape = case.draw(moe_shapes(max_tokens=4, max_experts=3, max_d=4), "shape")
+    x = case.draw(moe_tokens(shape.tokens, shape.d_model), "x")  # (N, d)
+    p = case.draw(moe_params_for(impl, shape.d_model, shape.experts, 4), "router, experts")
+    return x, p["router"], p["experts"], shape.k
 
 
 def _moe_case(impl, case, shapes):

@@ -27,6 +27,7 @@ from invariants.conventions import (
     rms_norm_eps,
     rounds_in_float32,
 )
+from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from strategies.core import integers
@@ -71,6 +72,20 @@ def gains_and_biases_for(impl, d):
 def _without_bias(gain_and_bias):
     gain, bias = gain_and_bias
     return gain, np.zeros_like(bias)
+
+
+@valid_inputs("layer_norm")
+def layer_norm_arguments(impl, case):
+    x = case.draw(norm_rows(max_rows=3, max_d=8), "x")
+    g, b = case.draw(gains_and_biases_for(impl, x.shape[-1]), "gain, bias")
+    return x, g, b, layer_norm_eps(impl)  # a Python float, as the suite always passes eps
+
+
+@valid_inputs("rms_norm")
+def rms_norm_arguments(impl, case):
+    x = case.draw(norm_rows(max_rows=3, max_d=8), "x")
+    g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
+    return x, g, rms_norm_eps(impl)
 
 
 def _layer_norm(impl, x, g, b, eps, call):

@@ -55,7 +55,7 @@ def draw_qk_norm_inputs(impl, case, label="inputs", **options):
 
 
 @valid_inputs("qk_norm_attention")
-def qk_norm_attention_inputs(impl, case):
+def qk_norm_attention_arguments(impl, case):
     """The arguments of one qk_norm_attention call, in protocol order (short sequences: the laws over every entry)."""
     return qk_norm_args(draw_qk_norm_inputs(impl, case, max_seq=3))
 

@@ -22,6 +22,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import as_array, assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, rounds_in_float32
+from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS, Tolerance, agreement_tolerance, tolerance_for
@@ -45,6 +46,12 @@ def draw_rope_inputs(impl, case, label, **options):
     if declared(impl, "ROPE_THETA") is not None:
         options["bases"] = (declared(impl, "ROPE_THETA"),)
     return case.draw(rope_inputs(**options), label)
+
+
+@valid_inputs("rope")
+def rope_arguments(impl, case):
+    inputs = draw_rope_inputs(impl, case, "inputs", max_seq=3)
+    return inputs["x"], inputs["positions"], inputs["base"]
 
 
 def angle_error(impl, max_position):

@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_where
+from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
@@ -20,6 +21,18 @@ LESSON = 10  # where a lesson meets this component: the registry's order (test i
 HOLDS = ("softmax", "cross_entropy")  # the protocol functions whose laws it holds
 
 COURSE_VOCAB = 28  # the P01 character vocabulary: ' .abcdefghijklmnopqrstuvwxyz'
+
+
+@valid_inputs("softmax")
+def softmax_arguments(impl, case):
+    x = case.draw(logits(max_ndim=2, max_vocab=8), "x")
+    return x, case.draw(integers(-x.ndim, x.ndim - 1), "axis")
+
+
+@valid_inputs("cross_entropy")
+def cross_entropy_arguments(impl, case):
+    x = case.draw(logits(min_ndim=2, max_ndim=2, max_side=4, max_vocab=8), "logits")  # (N, V)
+    return x, case.draw(targets(x), "targets")
 
 
 def _loss_logits(**kwargs):

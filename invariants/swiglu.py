@@ -13,6 +13,7 @@ import numpy as np
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import rounds_in_float32
+from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
@@ -26,6 +27,12 @@ HOLDS = ("swiglu",)  # the protocol functions whose laws it holds
 DIAGONALS = (1.0, 2.0, 0.5, -1.0, -2.0, 3.0)  # gate and up scales a, b: signs and sizes where SiLU(a·x)·b·x and SiLU(b·x)·a·x differ
 _OTHER_DIAGONALS = {a: sampled_from(tuple(b for b in DIAGONALS if b != a)) for a in DIAGONALS}
 POWERS_OF_TWO = (2.0, 0.5, 4.0, -1.0, -2.0, 0.25, -0.5, 8.0)
+
+
+@valid_inputs("swiglu")
+def swiglu_arguments(impl, case):
+    inputs = case.draw(swiglu_inputs(max_rows=2), "inputs")
+    return tuple(inputs[n] for n in ("x", "W_gate", "W_up", "W_down"))
 
 
 def _swiglu(impl, x, W_gate, W_up, W_down, call):

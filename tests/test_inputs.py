@@ -1,0 +1,47 @@
+"""Valid inputs: one drawer per floating protocol function, registered in the component module whose HOLDS lists it."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from invariants.inputs import VALID_INPUTS
+from invariants.protocol import FUNCTIONS
+from invariants.registry import COMPONENTS, all_invariants
+
+PACKAGE = Path(__file__).resolve().parents[1] / "invariants"
+FLOATING = sorted(name for name, entry in FUNCTIONS.items() if entry.floating)
+all_invariants()  # every component module imported: every drawer registered
+
+
+def _registrations(function):
+    """The files of the package that register a drawer for `function`, once per registration."""
+    pattern = re.compile(rf'^@valid_inputs\("{function}"\)$', re.MULTILINE)
+    return [path.relative_to(PACKAGE).as_posix() for path in sorted(PACKAGE.rglob("*.py"))
+            for _ in pattern.finditer(path.read_text(encoding="utf-8"))]
+
+
+def test_the_functions_with_drawers_are_the_floating_ones():
+    assert sorted(VALID_INPUTS) == FLOATING
+
+
+@pytest.mark.parametrize("function", FLOATING)
+def test_each_drawer_is_registered_once_in_a_module_that_holds_its_function(function):
+    holders = [component for component, holds in COMPONENTS.items() if function in holds]
+    module = VALID_INPUTS[function].__module__
+    assert module.removeprefix("invariants.") in holders, f"{function}'s drawer is in {module}, not in one of {holders}"
+    assert _registrations(function) == [f"{module.removeprefix('invariants.')}.py"]
+
+
+def test_a_lookup_imports_the_module_that_holds_the_function():
+    code = ("import sys; from invariants.inputs import VALID_INPUTS; assert 'invariants.moe' not in sys.modules; "
+            "print(VALID_INPUTS['load_balancing_loss'].__module__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "invariants.moe"), done.stderr
+
+
+def test_a_function_without_valid_inputs_is_refused_by_name():
+    with pytest.raises(KeyError, match=r"no valid inputs for 'tokens_per_expert': no component module registers them"):
+        VALID_INPUTS["tokens_per_expert"]  # held by invariants.moe, but its answer is a count, not floating
