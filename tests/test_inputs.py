@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from invariants.inputs import VALID_INPUTS
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
 
-PACKAGE = Path(__file__).resolve().parents[1] / "invariants"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "invariants"
 FLOATING = sorted(name for name, entry in FUNCTIONS.items() if entry.floating)
 all_invariants()  # every component module imported: every drawer registered
 
@@ -45,3 +47,10 @@ def test_a_lookup_imports_the_module_that_holds_the_function():
 def test_a_function_without_valid_inputs_is_refused_by_name():
     with pytest.raises(KeyError, match=r"no valid inputs for 'tokens_per_expert': no component module registers them"):
         VALID_INPUTS["tokens_per_expert"]  # held by invariants.moe, but its answer is a count, not floating
+
+
+def test_the_readme_shows_the_qk_norm_drawer_as_it_is():
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Adding a component")[1]
+    snippet = textwrap.dedent(section.split("```python\n")[1].split("```")[0]).replace("  # from invariants.inputs", "")
+    assert snippet.startswith('@valid_inputs("qk_norm_attention")\n')
+    assert snippet in (PACKAGE / "qk_norm.py").read_text(encoding="utf-8")
