@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from invariants.asserts import assert_dtype, assert_value, assert_where
-from invariants.conventions import returns_weights
+from invariants.asserts import assert_dtype, assert_where
 from invariants.inputs import VALID_INPUTS
-from invariants.protocol import FUNCTIONS, describe_call
+from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 
 LESSON = 180  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
@@ -77,17 +76,11 @@ def assert_keeps_dtype(impl, name, args):
     """Call impl.<name>(*args) and check that each floating answer of its entry (FUNCTIONS[name].floating) has answer_dtype(impl)."""
     __tracebackhide__ = True
     entry = FUNCTIONS[name]
-    call = describe_call(name, args, every=True, dtype=impl.dtype)
-    answer = impl.call(name, *args)
-    parts = entry.outputs if "weights" not in entry.outputs or returns_weights(impl) else entry.outputs[:1]  # ATTENTION_WEIGHTS = False: out
-    if len(parts) == 1:
-        answers = {entry.signature: answer}
-    else:
-        n = len(answer) if isinstance(answer, tuple) else 1
-        assert_value(n, len(parts), f"number of arrays {name} returned ({', '.join(parts)})", call)
-        answers = {f"{entry.signature}[{i}] ({part})": a for i, (part, a) in enumerate(zip(parts, answer, strict=True)) if part in entry.floating}
+    call, parts = entry.answered(impl, args)
     expected = answer_dtype(impl)
-    for label, value in answers.items():
+    for label, part, value, _ in parts:
+        if part not in entry.floating:
+            continue
         value = assert_dtype(value, expected, label, call, why=_why(impl))
         if impl.dtype == "bfloat16":
             assert_where(_on_bfloat16_grid(value), value, label, "a bfloat16 number (the answer was computed or kept in float32, "

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from invariants.answers import NUMBER, TEXT, Either, broadcast, chunk_count, floats, heads, ints, shape_of
+from invariants.asserts import assert_value
 from invariants.boundary import (
     CallError,
     OutputError,  # noqa: F401 - raised through here by every transport
@@ -36,7 +37,7 @@ from invariants.boundary import (
     to_numpy,
     where,
 )
-from invariants.conventions import read_declarations
+from invariants.conventions import read_declarations, returns_weights
 from invariants.tolerance import DTYPES, Tolerance, tolerance_for
 
 PROTOCOL_VERSION = 2
@@ -89,6 +90,25 @@ class ProtocolFunction:
         shown = self.params if every else self.shown
         text = f"{self.name}({', '.join(_shown(p, values[p], dtype) if p in shown and p in values else p for p in self.params)})"
         return f"{text} {note}" if note else text
+
+    def answered(self, impl, args):
+        """Call impl with `args` and split its answer into this entry's parts: (the call as a report shows it, [(label, part, value, form)]).
+
+        One (label, part, value, form) per output, `form` the part's answer_form; out alone where impl declares
+        ATTENTION_WEIGHTS = False. A tuple of another length is a violation that names the parts.
+        """
+        __tracebackhide__ = True
+        call = self.describe(args, every=True, dtype=impl.dtype)
+        answer = impl.call(self.name, *args)
+        outputs, form = self.outputs, self.answer_form(*args)
+        if "weights" in outputs and not returns_weights(impl):
+            outputs, form = outputs[:1], form[0]
+        if len(outputs) == 1:
+            return call, [(self.signature, outputs[0], answer, form)]
+        assert_value(len(answer) if isinstance(answer, tuple) else 1, len(outputs), f"number of arrays {self.name} returned ({', '.join(outputs)})",
+                     call)
+        return call, [(f"{self.signature}[{i}] ({part})", part, value, part_form)
+                      for i, (part, value, part_form) in enumerate(zip(outputs, answer, form, strict=True))]
 
 
 def _shown(param, value, dtype):

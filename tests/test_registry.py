@@ -13,7 +13,7 @@ all_invariants()  # at collection: an inline pytester run in another test module
 
 # The lesson order before discovery: test ids, the kill matrix's first failure and the diagnosis depend on it.
 LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "rope", "gqa", "masking", "swiglu",
-                "llama", "decoding", "qk_norm", "cross_attention", "counts", "course", "dtypes")
+                "llama", "decoding", "qk_norm", "cross_attention", "counts", "course", "dtypes", "shapes", "finite")
 
 
 def test_components_are_discovered_in_the_lesson_order():
