@@ -35,17 +35,11 @@ HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)
 # Protocol functions whose answers are not floating, with what they return: no dtype to keep (their entries' `floating` is empty).
 NOT_FLOATING = {name: entry.returns for name, entry in FUNCTIONS.items() if not entry.floating}
 
-COMMON_CAUSES = (
-    "a numpy float64 scalar or 0-d array in the arithmetic (np.float64(eps), np.sqrt(d), np.sqrt(2 / np.pi), np.array(eps): "
-    "numpy 2 promotes float32 to float64 through them, where a Python float from math.sqrt or d ** -0.5 would not), "
-    "a float64 constant array (np.ones(n), np.zeros(shape), np.array([...]) without dtype=x.dtype), "
-    "torch.tensor(python_float) or torch.zeros(...) in torch's default dtype (float32) instead of x.dtype, "
-    ".double() or .float() on the way, or .item() / float(...) (a Python float comes back as float64)"
-)
+COMMON_CAUSES = "docs/dtypes.md#where-a-dtype-leaks"  # the leaks every function shares (float64 scalars, default-dtype buffers, ...)
 
 
 def _hint(specific):
-    return f"{specific}; in general the dtype leaks through {COMMON_CAUSES}"
+    return f"{specific}; the leaks every function shares: {COMMON_CAUSES}"
 
 
 def answer_dtype(impl):
