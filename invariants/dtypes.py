@@ -25,9 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from invariants.asserts import assert_dtype, assert_where
-from invariants.inputs import VALID_INPUTS
 from invariants.protocol import FUNCTIONS
-from invariants.registry import invariant
+from invariants.table_laws import parts_named, per_entry
 
 LESSON = 180  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)
@@ -117,16 +116,7 @@ LEAKS = {
 }
 
 
-def _keeps_dtype(entry):
-    """The invariant dtypes.<name>_keeps_dtype of one entry: its valid inputs, called, each floating answer in the input dtype."""
-
-    def check(impl, case):
-        assert_keeps_dtype(impl, entry.name, VALID_INPUTS[entry.name](impl, case))
-
-    check.__name__ = check.__qualname__ = f"{entry.name}_keeps_dtype"
-    parts = "its answer" if len(entry.outputs) == 1 else " and ".join(entry.floating)
-    check.__doc__ = f"{entry.signature} returns {parts} in the dtype its floating inputs came in."
-    return invariant(requires=(entry.name,), hint=_hint(LEAKS.get(entry.name, f"{entry.name}'s answer is not in its inputs' dtype")))(check)
-
-
-KEEPS_DTYPE = {name: _keeps_dtype(entry) for name, entry in FUNCTIONS.items() if entry.floating}
+KEEPS_DTYPE = per_entry(
+    __name__, "keeps_dtype", assert_keeps_dtype,
+    statement=lambda entry: f"{entry.signature} returns {parts_named(entry, entry.floating)} in the dtype its floating inputs came in.",
+    hint=lambda entry: _hint(LEAKS.get(entry.name, f"{entry.name}'s answer is not in its inputs' dtype")))

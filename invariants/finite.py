@@ -12,9 +12,8 @@ is finite on all of them, in every dtype.
 from __future__ import annotations
 
 from invariants.asserts import assert_finite
-from invariants.inputs import VALID_INPUTS
 from invariants.protocol import FUNCTIONS
-from invariants.registry import invariant
+from invariants.table_laws import parts_named, per_entry
 
 LESSON = 190  # after dtypes and shapes: the first failure of the zoo's earlier mutants stays where it was
 HOLDS = ()  # every floating entry's finiteness law (invariants.protocol.FUNCTIONS)
@@ -33,16 +32,7 @@ def assert_answer_finite(impl, name, args):
             assert_finite(value, label, call)
 
 
-def _answer_finite(entry):
-    """The invariant finite.<name>_answer_finite of one entry: its valid inputs, called, each floating part finite."""
-
-    def check(impl, case):
-        assert_answer_finite(impl, entry.name, VALID_INPUTS[entry.name](impl, case))
-
-    check.__name__ = check.__qualname__ = f"{entry.name}_answer_finite"
-    parts = "its answer" if len(entry.outputs) == 1 else " and ".join(entry.floating)
-    check.__doc__ = f"{entry.signature} returns {parts} finite on moderate valid inputs."
-    return invariant(requires=(entry.name,), hint=HINT.format(name=entry.name))(check)
-
-
-ANSWER_FINITE = {name: _answer_finite(entry) for name, entry in FUNCTIONS.items() if entry.floating}
+ANSWER_FINITE = per_entry(
+    __name__, "answer_finite", assert_answer_finite,
+    statement=lambda entry: f"{entry.signature} returns {parts_named(entry, entry.floating)} finite on moderate valid inputs.",
+    hint=lambda entry: HINT.format(name=entry.name))

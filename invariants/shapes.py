@@ -13,9 +13,8 @@ holds a worker's declared answer to the same forms (invariants.gate.frames).
 from __future__ import annotations
 
 from invariants.asserts import assert_form
-from invariants.inputs import VALID_INPUTS
 from invariants.protocol import FUNCTIONS
-from invariants.registry import invariant
+from invariants.table_laws import parts_named, per_entry
 
 LESSON = 185  # after dtypes: the first failure of the zoo's earlier mutants stays where it was
 HOLDS = ()  # every floating entry's shape law (invariants.protocol.FUNCTIONS)
@@ -32,16 +31,7 @@ def assert_answer_form(impl, name, args):
         assert_form(value, form, label, call)
 
 
-def _answer_shape(entry):
-    """The invariant shapes.<name>_answer_shape of one entry: its valid inputs, called, each part of the form they call for."""
-
-    def check(impl, case):
-        assert_answer_form(impl, entry.name, VALID_INPUTS[entry.name](impl, case))
-
-    check.__name__ = check.__qualname__ = f"{entry.name}_answer_shape"
-    parts = "its answer" if len(entry.outputs) == 1 else " and ".join(entry.outputs)
-    check.__doc__ = f"{entry.signature} returns {parts} in the shape and dtype kind its arguments call for."
-    return invariant(requires=(entry.name,), hint=HINT.format(name=entry.name))(check)
-
-
-ANSWER_SHAPE = {name: _answer_shape(entry) for name, entry in FUNCTIONS.items() if entry.floating}
+ANSWER_SHAPE = per_entry(
+    __name__, "answer_shape", assert_answer_form,
+    statement=lambda entry: f"{entry.signature} returns {parts_named(entry, entry.outputs)} in the shape and dtype kind its arguments call for.",
+    hint=lambda entry: HINT.format(name=entry.name))
