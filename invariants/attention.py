@@ -168,8 +168,8 @@ def causal_non_leakage(impl, case):
     requires=("attention",),
     hint="the future reaches the past through the backward pass: a statistic of the whole score row taken before the mask "
     "(a softmax stabilised by the max over all keys, future included) makes the past depend on the future by rounding, "
-    "and by 0/0 = NaN once a future score is large; or a mask right only up to some length (a block-size buffer, a "
-    "per-tile kernel: see m and the length)",
+    "and by 0/0 = NaN once a future score is large; or a mask right only up to a length (a buffer for a block size, "
+    "a kernel masking only within its tiles: see m and the length)",
     backends=("torch",),
     in_process=True,
     applies=NO_DECODER_MODE,
@@ -232,9 +232,9 @@ def _gradients_across(impl, inputs, cotangents, boundaries):
 @invariant(
     requires=("attention",),
     hint="the mask also hides the diagonal (triu with k=0: the first row is 0/0 = NaN), fills the future with a finite "
-    "value (-1e4, GPT-2's masked_bias, beaten by scores of 1e4), is right only up to some length (a per-tile mask of 16 "
-    "to 128, a fixed block-size buffer, a longer mask sliced as if cached), is off by one (triu with k=2), or zeroes "
-    "weights after the softmax (the first row does not sum to 1)",
+    "value (-1e4, GPT-2's masked_bias, beaten by scores of 1e4), is right only up to some length (masked only within "
+    "tiles of 16 to 128, a buffer for one block size, a longer mask sliced as if cached), is off by one (triu with k=2), "
+    "or zeroes weights after the softmax (row 0 does not sum to 1)",
     applies=first_reason(NO_DECODER_MODE, _NO_WEIGHTS),
 )
 def causal_weights_pattern(impl, case):
