@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from invariants.answers import FLOATS, TEXT, Either
+
 
 class InvariantViolation(AssertionError):
     """An implementation broke an invariant; the message says what, where and by how much."""
@@ -166,3 +168,28 @@ def assert_value(actual, expected, what, call=None):
     got = actual.item() if isinstance(actual, np.ndarray) and actual.ndim == 0 else actual
     if got != expected:
         _fail(what, _fmt(got), _fmt(expected), call)
+
+
+def assert_form(actual, form, what, call=None):
+    """actual has `form` (invariants.answers): a str for TEXT, any fitting form of an Either, else an array of its shape and dtype kind."""
+    __tracebackhide__ = True
+    if isinstance(form, Either):
+        problems = []
+        for option in form.forms:
+            try:
+                return assert_form(actual, option, what)
+            except InvariantViolation as exc:
+                problems.append(str(exc))
+        _fail(what, "none of its forms", "one of them", call, [f"  {p}" for p in problems])
+    if form == TEXT:
+        if not isinstance(actual, str):
+            _fail(f"type of {what}", type(actual).__name__, "str", call)
+        return actual
+    if form.shape is None and isinstance(actual, (bool, int, float, np.number, np.bool_)):  # a scalar as a Python or numpy number
+        return actual
+    actual = as_array(actual, what, call)
+    if actual.dtype.kind not in form.kinds:
+        _fail(f"dtype of {what}", actual.dtype.name, "a float dtype" if form.kinds == FLOATS else "a real number dtype", call)
+    if not form.fits_shape(actual.shape):
+        _fail(f"shape of {what}", tuple(actual.shape), "a scalar" if form.shape is None else form.shape_text(), call)
+    return actual

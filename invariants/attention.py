@@ -144,11 +144,10 @@ def _lengths(inputs):
 
 @invariant(
     requires=("attention",),
-    hint="the future leaks into the past: the mask is missing, applied after the softmax (the future stays in the "
-    "denominator), off by one (triu with k=2: each token sees the next), built for another length (a longer mask "
-    "sliced as if earlier tokens were cached), right only up to some length (a mask buffer built for a block size of "
-    "64, a kernel that masks only within its tiles of 16 to 128: see the length in the call), or a finite value "
-    "instead of -inf (an additive mask of -1e4, GPT-2's masked_bias: it leaks once scores are that large)",
+    hint="the future leaks into the past: no mask, a mask after the softmax (the future stays in the denominator), off by "
+    "one (triu with k=2), built for another length (a longer mask sliced as if tokens were cached), right only up to some "
+    "length (a buffer for a block size of 64, a kernel masking only within its tiles of 16 to 128: see the call's length), "
+    "or -1e4 for -inf (GPT-2's masked_bias)",
     applies=NO_DECODER_MODE,
 )
 def causal_non_leakage(impl, case):
@@ -174,10 +173,10 @@ def causal_non_leakage(impl, case):
 
 @invariant(
     requires=("attention",),
-    hint="the future reaches the past through the backward pass: a statistic of the whole score row is taken before "
-    "the mask (a softmax stabilised by the row max over all keys, future included), so the past depends on the "
-    "future by rounding, and by 0/0 = NaN once a future score is large; or the mask is right only up to some length "
-    "(a buffer built for a block size, a kernel masking only within its tiles: see the boundary m and the length)",
+    hint="the future reaches the past through the backward pass: a statistic of the whole score row taken before the mask "
+    "(a softmax stabilised by the max over all keys, future included) makes the past depend on the future by rounding, "
+    "and by 0/0 = NaN once a future score is large; or a mask right only up to a length (a buffer for a block size, "
+    "a kernel masking only within its tiles: see m and the length)",
     backends=("torch",),
     in_process=True,
     applies=NO_DECODER_MODE,
@@ -239,11 +238,10 @@ def _gradients_across(impl, inputs, cotangents, boundaries):
 
 @invariant(
     requires=("attention",),
-    hint="the mask also hides the diagonal (triu with k=0: the first token sees nothing and its row is 0/0 = NaN), "
-    "fills the future with a finite value too small to zero it (-1e4, GPT-2's masked_bias, once scores reach 1e4), "
-    "is right only up to some length (a mask built per tile of 16 to 128 that leaves the tiles beyond the diagonal "
-    "unmasked, a buffer for a fixed block size, a longer mask sliced as if earlier tokens were cached), is off by one (triu "
-    "with k=2: each token also sees the next), or zeroes the weights after the softmax (the first row is then not 1)",
+    hint="the mask also hides the diagonal (triu with k=0: the first row is 0/0 = NaN), fills the future with a finite "
+    "value (-1e4, GPT-2's masked_bias, beaten by scores of 1e4), is right only up to some length (masked only within "
+    "tiles of 16 to 128, a buffer for one block size, a longer mask sliced as if cached), is off by one (triu with k=2), "
+    "or zeroes weights after the softmax (row 0 does not sum to 1)",
     applies=first_reason(NO_DECODER_MODE, _NO_WEIGHTS),
 )
 def causal_weights_pattern(impl, case):

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from invariants.asserts import assert_dtype, assert_value, assert_where
-from invariants.conventions import returns_weights
-from invariants.inputs import VALID_INPUTS
-from invariants.protocol import FUNCTIONS, describe_call
-from invariants.registry import invariant
+from invariants.asserts import assert_dtype, assert_where
+from invariants.protocol import FUNCTIONS
+from invariants.table_laws import parts_named, per_entry
 
 LESSON = 180  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)
@@ -36,17 +34,11 @@ HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)
 # Protocol functions whose answers are not floating, with what they return: no dtype to keep (their entries' `floating` is empty).
 NOT_FLOATING = {name: entry.returns for name, entry in FUNCTIONS.items() if not entry.floating}
 
-COMMON_CAUSES = (
-    "a numpy float64 scalar or 0-d array in the arithmetic (np.float64(eps), np.sqrt(d), np.sqrt(2 / np.pi), np.array(eps): "
-    "numpy 2 promotes float32 to float64 through them, where a Python float from math.sqrt or d ** -0.5 would not), "
-    "a float64 constant array (np.ones(n), np.zeros(shape), np.array([...]) without dtype=x.dtype), "
-    "torch.tensor(python_float) or torch.zeros(...) in torch's default dtype (float32) instead of x.dtype, "
-    ".double() or .float() on the way, or .item() / float(...) (a Python float comes back as float64)"
-)
+COMMON_CAUSES = "docs/dtypes.md#where-a-dtype-leaks"  # the leaks every function shares (float64 scalars, default-dtype buffers, ...)
 
 
 def _hint(specific):
-    return f"{specific}; in general the dtype leaks through {COMMON_CAUSES}"
+    return f"{specific}; the leaks every function shares: {COMMON_CAUSES}"
 
 
 def answer_dtype(impl):
@@ -77,17 +69,11 @@ def assert_keeps_dtype(impl, name, args):
     """Call impl.<name>(*args) and check that each floating answer of its entry (FUNCTIONS[name].floating) has answer_dtype(impl)."""
     __tracebackhide__ = True
     entry = FUNCTIONS[name]
-    call = describe_call(name, args, every=True, dtype=impl.dtype)
-    answer = impl.call(name, *args)
-    parts = entry.outputs if "weights" not in entry.outputs or returns_weights(impl) else entry.outputs[:1]  # ATTENTION_WEIGHTS = False: out
-    if len(parts) == 1:
-        answers = {entry.signature: answer}
-    else:
-        n = len(answer) if isinstance(answer, tuple) else 1
-        assert_value(n, len(parts), f"number of arrays {name} returned ({', '.join(parts)})", call)
-        answers = {f"{entry.signature}[{i}] ({part})": a for i, (part, a) in enumerate(zip(parts, answer, strict=True)) if part in entry.floating}
+    call, parts = entry.answered(impl, args)
     expected = answer_dtype(impl)
-    for label, value in answers.items():
+    for label, part, value, _ in parts:
+        if part not in entry.floating:
+            continue
         value = assert_dtype(value, expected, label, call, why=_why(impl))
         if impl.dtype == "bfloat16":
             assert_where(_on_bfloat16_grid(value), value, label, "a bfloat16 number (the answer was computed or kept in float32, "
@@ -130,16 +116,7 @@ LEAKS = {
 }
 
 
-def _keeps_dtype(entry):
-    """The invariant dtypes.<name>_keeps_dtype of one entry: its valid inputs, called, each floating answer in the input dtype."""
-
-    def check(impl, case):
-        assert_keeps_dtype(impl, entry.name, VALID_INPUTS[entry.name](impl, case))
-
-    check.__name__ = check.__qualname__ = f"{entry.name}_keeps_dtype"
-    parts = "its answer" if len(entry.outputs) == 1 else " and ".join(entry.floating)
-    check.__doc__ = f"{entry.signature} returns {parts} in the dtype its floating inputs came in."
-    return invariant(requires=(entry.name,), hint=_hint(LEAKS.get(entry.name, f"{entry.name}'s answer is not in its inputs' dtype")))(check)
-
-
-KEEPS_DTYPE = {name: _keeps_dtype(entry) for name, entry in FUNCTIONS.items() if entry.floating}
+KEEPS_DTYPE = per_entry(
+    __name__, "keeps_dtype", assert_keeps_dtype,
+    statement=lambda entry: f"{entry.signature} returns {parts_named(entry, entry.floating)} in the dtype its floating inputs came in.",
+    hint=lambda entry: _hint(LEAKS.get(entry.name, f"{entry.name}'s answer is not in its inputs' dtype")))

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from invariants.answers import NUMBER, TEXT, Either, broadcast, chunk_count, floats, heads, ints, shape_of
+from invariants.asserts import assert_value
 from invariants.boundary import (
     CallError,
     OutputError,  # noqa: F401 - raised through here by every transport
@@ -35,7 +37,7 @@ from invariants.boundary import (
     to_numpy,
     where,
 )
-from invariants.conventions import read_declarations
+from invariants.conventions import read_declarations, returns_weights
 from invariants.tolerance import DTYPES, Tolerance, tolerance_for
 
 PROTOCOL_VERSION = 2
@@ -55,6 +57,9 @@ class ProtocolFunction:
     returns: str  # what it answers, as docs/protocol.md's table says it (generated: python -m invariants --protocol)
     summary: str
     arguments: str = ""  # what its arguments are, as that table says it; every entry has one
+    # its arguments -> the form of the answer they call for (invariants.answers: an Array, TEXT, Either, or a tuple of them, one per
+    # output); the gate holds a worker's declared answer to it, the shape law an answer itself; every entry has one
+    answer_form: Callable[..., Any] | None = None
     outputs: tuple[str, ...] = ("out",)  # the answer's parts by name, one name for a single array or value
     floating: tuple[str, ...] = ("out",)  # those that are floating arrays in the input dtype; () for ints, counts and text
     shown: tuple[str, ...] = ()  # the params a report shows with their shape or value; the others appear by name
@@ -68,6 +73,8 @@ class ProtocolFunction:
     def __post_init__(self):
         if not self.arguments:
             raise ValueError(f"protocol function {self.name} needs `arguments`, the text of its row in docs/protocol.md")
+        if self.answer_form is None:
+            raise ValueError(f"protocol function {self.name} needs `answer_form`, the form of the answer its arguments call for")
 
     @property
     def signature(self):
@@ -83,6 +90,25 @@ class ProtocolFunction:
         shown = self.params if every else self.shown
         text = f"{self.name}({', '.join(_shown(p, values[p], dtype) if p in shown and p in values else p for p in self.params)})"
         return f"{text} {note}" if note else text
+
+    def answered(self, impl, args):
+        """Call impl with `args` and split its answer into this entry's parts: (the call as a report shows it, [(label, part, value, form)]).
+
+        One (label, part, value, form) per output, `form` the part's answer_form; out alone where impl declares
+        ATTENTION_WEIGHTS = False. A tuple of another length is a violation that names the parts.
+        """
+        __tracebackhide__ = True
+        call = self.describe(args, every=True, dtype=impl.dtype)
+        answer = impl.call(self.name, *args)
+        outputs, form = self.outputs, self.answer_form(*args)
+        if "weights" in outputs and not returns_weights(impl):
+            outputs, form = outputs[:1], form[0]
+        if len(outputs) == 1:
+            return call, [(self.signature, outputs[0], answer, form)]
+        assert_value(len(answer) if isinstance(answer, tuple) else 1, len(outputs), f"number of arrays {self.name} returned ({', '.join(outputs)})",
+                     call)
+        return call, [(f"{self.signature}[{i}] ({part})", part, value, part_form)
+                      for i, (part, value, part_form) in enumerate(zip(outputs, answer, form, strict=True))]
 
 
 def _shown(param, value, dtype):
@@ -101,7 +127,7 @@ def _shown(param, value, dtype):
     return f"{param}={value!r}"
 
 
-NUMBER: dict[str, Any] = dict(outputs=("value",), floating=())  # an int, a count or a str: no dtype to keep
+VALUE: dict[str, Any] = dict(outputs=("value",), floating=())  # an int, a count or a str: no dtype to keep
 ATTENTION: dict[str, Any] = dict(outputs=("out", "weights"), floating=("out", "weights"))  # out alone where ATTENTION_WEIGHTS = False
 
 QK_NORM_DETAILS = """\
@@ -136,6 +162,7 @@ FUNCTIONS = {
             "exp(x)/Σexp(x) along axis",
             arguments="any float array",
             shown=("x", "axis"),
+            answer_form=lambda x, axis: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "layer_norm",
@@ -144,6 +171,7 @@ FUNCTIONS = {
             "per-row LayerNorm, population variance",
             arguments="x (..., d), gain (d,), bias (d,), eps float",
             shown=("x", "eps"),
+            answer_form=lambda x, gain, bias, eps: floats(broadcast(x, gain, bias)),
         ),
         ProtocolFunction(
             "rms_norm",
@@ -152,6 +180,7 @@ FUNCTIONS = {
             "per-row RMSNorm",
             arguments="x (..., d), gain (d,)",
             shown=("x", "eps"),
+            answer_form=lambda x, gain, eps: floats(broadcast(x, gain)),
         ),
         ProtocolFunction(
             "gelu",
@@ -160,6 +189,7 @@ FUNCTIONS = {
             "GELU (tanh or erf form)",
             arguments="any",
             shown=("x",),
+            answer_form=lambda x: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "cross_entropy",
@@ -168,6 +198,7 @@ FUNCTIONS = {
             "mean NLL in nats; logits (..., V), int targets (...)",
             arguments="logits (..., V), targets (...) int",
             outputs=("loss",), floating=("loss",), shown=("logits",),
+            answer_form=lambda logits, targets: NUMBER,
         ),
         ProtocolFunction(
             "attention",
@@ -180,6 +211,7 @@ FUNCTIONS = {
             # Measured on reference.torch over 2000 examples: the worst error is 0.32 of the bound so scaled in float16 (the weights),
             # 0.16 in bfloat16.
             **ATTENTION, shown=("x", "n_heads", "causal"), builds_on=("softmax",), roundings=8,
+            answer_form=lambda x, W_q, W_k, W_v, W_o, n_heads, causal: (floats(shape_of(x)), floats(heads(x, n_heads, shape_of(x)[-2]))),
         ),
         ProtocolFunction(
             "feed_forward",
@@ -188,6 +220,7 @@ FUNCTIONS = {
             "GELU MLP; W1 (d, F), W2 (F, d)",
             arguments="x (..., d), W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)",
             shown=("x", "W1"), builds_on=("gelu",),
+            answer_form=lambda x, W1, b1, W2, b2: floats(shape_of(x)[:-1] + shape_of(W2)[-1:]),
         ),
         ProtocolFunction(
             "transformer_block",
@@ -196,6 +229,7 @@ FUNCTIONS = {
             "pre-norm block; params: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2",
             arguments="x (B, T, d), params dict (below)",
             shown=("x", "n_heads", "causal"), builds_on=("layer_norm", "attention", "feed_forward"),
+            answer_form=lambda x, params, n_heads, causal: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "gpt_logits",
@@ -204,6 +238,7 @@ FUNCTIONS = {
             "decoder-only LM; params: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b; ValueError on bad ids",
             arguments="ids (B, T) int, params dict (below)",
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads"), builds_on=("transformer_block", "layer_norm"),
+            answer_form=lambda ids, params, n_heads: floats(shape_of(ids) + shape_of(params["wte"])[:1]),
         ),
         ProtocolFunction(
             "gpt_param_count",
@@ -211,7 +246,8 @@ FUNCTIONS = {
             "int: tied output counted once",
             "exact count, tied output",
             arguments="ints, bool",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
             "top_k_gates",
@@ -220,6 +256,7 @@ FUNCTIONS = {
             "softmax over each token's k kept scores, 0 elsewhere",
             arguments="(N, E), int",
             outputs=("gates",), floating=("gates",), shown=("router_logits", "k"), builds_on=("softmax",),
+            answer_form=lambda router_logits, k: floats(shape_of(router_logits)),
         ),
         ProtocolFunction(
             "moe",
@@ -228,6 +265,7 @@ FUNCTIONS = {
             "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])",
             arguments='x (N, d), router (d, E), experts: list of E dicts `W1 b1 W2 b2` (or `W_gate W_up W_down` under `EXPERT_FFN = "swiglu"`)',
             shown=("x", "experts", "k"), builds_on=("top_k_gates", "feed_forward", "swiglu"),
+            answer_form=lambda x, router, experts, k: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "load_balancing_loss",
@@ -236,6 +274,7 @@ FUNCTIONS = {
             "Switch loss E·Σ f_i·P_i",
             arguments="(N, E), int",
             outputs=("loss",), floating=("loss",), shown=("router_logits", "k"), builds_on=("softmax", "tokens_per_expert"),
+            answer_form=lambda router_logits, k: NUMBER,
         ),
         ProtocolFunction(
             "tokens_per_expert",
@@ -244,6 +283,7 @@ FUNCTIONS = {
             "tokens routed to each expert",
             arguments="(N, E), int",
             outputs=("counts",), floating=(), shown=("router_logits", "k"),
+            answer_form=lambda router_logits, k: ints(shape_of(router_logits)[-1:]),
         ),
         ProtocolFunction(
             "moe_n_params",
@@ -251,7 +291,8 @@ FUNCTIONS = {
             "int: router + all experts",
             "router + all experts",
             arguments="ints",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
             "moe_active_params",
@@ -259,7 +300,8 @@ FUNCTIONS = {
             "int: router + k experts",
             "router + k experts",
             arguments="ints",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
             "inference_flops_per_token",
@@ -267,7 +309,8 @@ FUNCTIONS = {
             "≈ 2N",
             "≈ 2N",
             arguments="a number",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
             "training_flops",
@@ -275,7 +318,8 @@ FUNCTIONS = {
             "≈ 6ND",
             "≈ 6ND",
             arguments="numbers",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
             "build_vocab",
@@ -283,7 +327,8 @@ FUNCTIONS = {
             "str: sorted distinct characters",
             "sorted distinct characters",
             arguments="str",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda text: TEXT,
         ),
         ProtocolFunction(
             "encode",
@@ -292,6 +337,7 @@ FUNCTIONS = {
             "characters -> ids",
             arguments="text str, vocab str",
             outputs=("ids",), floating=(),
+            answer_form=lambda text, vocab: ints((len(text),)),
         ),
         ProtocolFunction(
             "decode",
@@ -299,7 +345,8 @@ FUNCTIONS = {
             "str",
             "ids -> characters",
             arguments="ids (n,) int, vocab str",
-            **NUMBER,
+            **VALUE,
+            answer_form=lambda ids, vocab: TEXT,
         ),
         ProtocolFunction(
             "get_batch",
@@ -308,6 +355,7 @@ FUNCTIONS = {
             "y is x shifted by one",
             arguments="data (n,) int",
             outputs=("x", "y"), floating=(),
+            answer_form=lambda data, batch_size, seq_len, seed: (ints((batch_size, seq_len)), ints((batch_size, seq_len))),
         ),
         # version 2: the modern decoder
         ProtocolFunction(
@@ -318,6 +366,7 @@ FUNCTIONS = {
             arguments="x (..., T, D), D even; positions (T,) int; base float (10,000 for Llama 2, 500,000 for Llama 3)",
             # roundings: the rotated value: x·cos, the partner·sin, their sum, and cos/sin themselves rounded to the dtype
             shown=("x", "positions", "base"), roundings=4, version=2,
+            answer_form=lambda x, positions, base: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "gqa_attention",
@@ -328,6 +377,8 @@ FUNCTIONS = {
                        "int ≥ 1 or None (only with causal)"),
             # roundings: attention's chain
             **ATTENTION, shown=("q", "k", "causal", "key_mask", "window"), builds_on=("softmax",), roundings=8, version=2,
+            answer_form=lambda q, k, v, causal, key_mask, window: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
+                                                                 floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
         ),
         ProtocolFunction(
             "swiglu",
@@ -337,6 +388,7 @@ FUNCTIONS = {
             arguments="x (..., d), W_gate and W_up (d, F), W_down (F, d)",
             # roundings: x·W twice, SiLU's exp and division, the product, the last matmul: a few roundings at the terms' scale
             shown=("x", "W_gate"), roundings=4, version=2,
+            answer_form=lambda x, W_gate, W_up, W_down: floats(shape_of(x)[:-1] + shape_of(W_down)[-1:]),
         ),
         ProtocolFunction(
             "llama_block",
@@ -347,6 +399,7 @@ FUNCTIONS = {
             # roundings: two norms, attention's chain and SwiGLU's, two residual sums: the GPT block's 4 × 2, for the extra RoPE and gate
             shown=("n_heads", "n_kv_heads", "rope_base", "window"), builds_on=("rms_norm", "rope", "gqa_attention", "swiglu"), roundings=8,
             version=2,
+            answer_form=lambda x, params, n_heads, n_kv_heads, rope_base, window: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "llama_logits",
@@ -356,6 +409,7 @@ FUNCTIONS = {
             arguments="ids (B, T) int, params (below)",
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window"),
             builds_on=("llama_block", "rms_norm"), version=2,
+            answer_form=lambda ids, params, *rest: floats(shape_of(ids) + shape_of(params["embed"])[:1]),
         ),
         ProtocolFunction(
             "llama_decode",
@@ -365,6 +419,10 @@ FUNCTIONS = {
             arguments="as `llama_logits`, and chunks (n,) int ≥ 1 summing to T",
             outputs=("logits", "cache_sizes"), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
             builds_on=("llama_block", "rms_norm"), version=2,
+            answer_form=lambda ids, params, n_heads, n_kv_heads, rope_base, window, chunks: (
+                floats(shape_of(ids) + shape_of(params["embed"])[:1]),
+                # cache_positions (n, L, heads, slots): the heads and slots are the cache's own, for the cache law to judge; or cache_sizes (n,)
+                Either((ints((chunk_count(chunks), len(params["blocks"]), None, None)), ints((chunk_count(chunks),))))),
         ),
         ProtocolFunction(
             "cross_attention",
@@ -374,6 +432,7 @@ FUNCTIONS = {
             arguments="x (B, T, d), memory (B, S, d), each W (d, d)",
             # roundings: attention's chain
             **ATTENTION, shown=("x", "memory", "n_heads"), builds_on=("softmax",), roundings=8, version=2,
+            answer_form=lambda x, memory, W_q, W_k, W_v, W_o, n_heads: (floats(shape_of(x)), floats(heads(x, n_heads, shape_of(memory)[-2]))),
         ),
         ProtocolFunction(
             "decoder_block",
@@ -382,6 +441,7 @@ FUNCTIONS = {
             "pre-norm encoder-decoder block: causal self-attention, cross-attention, GELU feed-forward",
             arguments="x (B, T, d), memory (B, S, d), params (below)",
             shown=("x", "memory", "n_heads"), builds_on=("layer_norm", "attention", "cross_attention", "feed_forward"), version=2,
+            answer_form=lambda x, memory, params, n_heads: floats(shape_of(x)),
         ),
         ProtocolFunction(
             "qk_norm_attention",
@@ -393,6 +453,8 @@ FUNCTIONS = {
             # roundings: attention's chain after two projections, a per-head RMSNorm and RoPE; reference.torch needs 1.3 of one
             # rounding in float16, 0.6 in bfloat16, 0.04 in float32 (3,000 random calls each)
             roundings=8, version=2, details=QK_NORM_DETAILS,
+            answer_form=lambda x, params, n_heads, n_kv_heads, positions, rope_base: (floats(shape_of(x)),
+                                                                                    floats(heads(x, n_heads, shape_of(x)[-2]))),
         ),
     )
 }

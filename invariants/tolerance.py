@@ -112,6 +112,15 @@ def layer_norm_row_conditions(x, eps):
 
 DTYPES = tuple(TOLERANCES)  # the floating dtypes an implementation runs in: those the table has a row for
 
+# Each dtype's machine epsilon, the gap between 1 and the next number: numpy's finfo, and 2^-7 for bfloat16 (8 significant bits),
+# which numpy lacks.
+EPSILON = {dtype: 2.0**-7 if dtype == "bfloat16" else float(np.finfo(dtype).eps) for dtype in DTYPES}
+
+# How close a function's answer must come to the reference's, relative to max(1, |answer|), for the gate to take it as computing
+# its component (invariants.gate.degenerate): agreement to about half the dtype's digits in float64 and float32, a few of its
+# roundings in 16 bits, where a function that does not compute it (a hard max, a block without attention) misses by O(1).
+COMPUTES = {"float64": 1e-8, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+
 
 def tolerance_for(dtype):
     """The Tolerance of TOLERANCES for a dtype name."""

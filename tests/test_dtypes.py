@@ -1,11 +1,13 @@
 """Dtype honesty: floating answers keep the input dtype; numpy float64 leaks are caught in float32, torch default-dtype leaks in float64."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import invariants.runner as runner
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
-from invariants.dtypes import NOT_FLOATING, answer_dtype
+from invariants.dtypes import COMMON_CAUSES, NOT_FLOATING, answer_dtype
 from invariants.inputs import VALID_INPUTS
 from invariants.mutants import MUTANTS, all_mutants
 from invariants.profiles import profile_settings
@@ -50,7 +52,15 @@ def test_every_floating_protocol_function_has_a_dtype_invariant():
     assert set(VALID_INPUTS) == checked  # the entry's valid inputs, which the law over the table draws
     for inv in DTYPE_INVARIANTS:
         assert inv.name == f"dtypes.{inv.requires[0]}_keeps_dtype"
-        assert "np.float64(" in inv.hint and "default dtype" in inv.hint and ".double()" in inv.hint, inv.name
+        assert inv.hint.endswith(f"; the leaks every function shares: {COMMON_CAUSES}"), inv.name  # after its own leak
+
+
+def test_the_shared_leaks_are_in_the_docs_section_every_dtype_hint_points_to():
+    page, section = COMMON_CAUSES.split("#")
+    text = (Path(__file__).resolve().parent.parent / page).read_text()
+    assert section == "where-a-dtype-leaks" and "\n## Where a dtype leaks\n" in text
+    shared = text.split("\n## Where a dtype leaks\n")[1]
+    assert all(cause in shared for cause in ("np.float64(eps)", "np.sqrt(d)", "torch's default dtype", ".double()", ".item()")), shared
 
 
 @pytest.mark.parametrize(

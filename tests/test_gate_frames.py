@@ -30,7 +30,7 @@ from invariants.gate.config import load_assignment
 from invariants.gate.grade import grade
 from invariants.gate.result import FAILED, NOT_GRADABLE
 from invariants.profiles import profile_settings
-from invariants.protocol import load_implementation
+from invariants.protocol import FUNCTIONS, load_implementation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"
@@ -137,7 +137,7 @@ def test_an_answer_that_announces_more_bytes_than_its_arrays_need_is_a_frame_err
 
 
 def test_the_reference_answers_every_invariant_as_the_schema_expects():
-    """Every call the registry's invariants make, answered by the reference, fits frames.EXPECTED (no honest answer is refused)."""
+    """Every call the registry's invariants make, answered by the reference, fits its entry's answer_form (no honest answer is refused)."""
     impl = load_implementation("reference.numpy")
     seen, unfit = set(), []
     call = impl.transport.call
@@ -159,7 +159,7 @@ def test_the_reference_answers_every_invariant_as_the_schema_expects():
     for inv in all_invariants():
         run_invariant(inv, impl, settings=settings)
     assert not unfit, unfit[:5]
-    assert seen == set(frames.EXPECTED), sorted(set(frames.EXPECTED) - seen)
+    assert seen == set(FUNCTIONS), sorted(set(FUNCTIONS) - seen)
 
 
 # -- the gate's verdicts on hostile submissions ----------------------------------------------------------

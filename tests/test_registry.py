@@ -13,7 +13,7 @@ all_invariants()  # at collection: an inline pytester run in another test module
 
 # The lesson order before discovery: test ids, the kill matrix's first failure and the diagnosis depend on it.
 LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "rope", "gqa", "masking", "swiglu",
-                "llama", "decoding", "qk_norm", "cross_attention", "counts", "course", "dtypes")
+                "llama", "decoding", "qk_norm", "cross_attention", "counts", "course", "dtypes", "shapes", "finite")
 
 
 def test_components_are_discovered_in_the_lesson_order():
@@ -58,3 +58,11 @@ def test_every_entry_says_its_version():
     assert {name for name, entry in FUNCTIONS.items() if entry.version == 2} == {
         "rope", "gqa_attention", "swiglu", "llama_block", "llama_logits", "llama_decode", "cross_attention", "decoder_block", "qk_norm_attention"}
     assert all(entry.version in (1, 2) and entry.arguments for entry in FUNCTIONS.values())
+
+
+HINT_LIMIT = 400  # characters: a hint names the likely bug; explanations shared by many hints live in the docs (docs/dtypes.md)
+
+
+def test_every_hint_is_short():
+    long = {inv.name: len(inv.hint) for inv in all_invariants() if len(inv.hint) > HINT_LIMIT}
+    assert long == {}, long

@@ -7,9 +7,9 @@ function a passed invariant calls, whether it computes what it is named for, on 
 invariants themselves made in this run:
 
 - computes: a recorded call (of any invariant, passed or failed) agrees with the reference to
-  CLOSE of max(1, |answer|), under one of the conventions the reference documents (GELU form,
+  COMPUTES (invariants.tolerance) of max(1, |answer|), under one of the conventions the reference documents (GELU form,
   RoPE pairing, fully masked rows, the declared eps), and is informative: moving any one float
-  input by STEP of its own size moves the reference's answer by more than CLOSE (a call with
+  input by STEP of its own size moves the reference's answer by more than that (a call with
   W_o = 0, a single token or saturated logits is not: a hard max agrees with softmax there, a
   block with no attention agrees with a real one). Then the function is asked at a nearby point
   (every float input moved by STEP), and agrees there too: a constant that is right at one
@@ -37,6 +37,7 @@ import random
 import numpy as np
 
 from invariants.protocol import FUNCTIONS
+from invariants.tolerance import COMPUTES, EPSILON
 
 EXEMPT = ("build_vocab", "encode", "decode", "get_batch")  # held to exact values, or to the data they are given
 CHECKED = tuple(name for name in FUNCTIONS if name not in EXEMPT)  # every other protocol function, new ones included
@@ -50,8 +51,6 @@ TOTAL_BYTES = 64 << 20  # and of every function's
 MIN_EVIDENCE = 2  # informative calls (or probes) before a function is called constant, the identity or not finite
 NEAR_PROBES = 8  # nearby probes per function, at most, before it is taken not to compute
 STEP = 1e-3  # how far an input is moved, relative to its size, to ask whether the reference's answer depends on it
-CLOSE = {"float64": 1e-8, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}  # agreement, relative to max(1, |answer|)
-_EPS = {"float64": 2.2e-16, "float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.8e-3}
 _EPS_DECLARED = {"layer_norm": "LAYER_NORM_EPS", "rms_norm": "RMS_NORM_EPS"}  # functions whose eps is an argument
 WHY = {
     "disagrees": "held for a function that does not compute {name}",
@@ -127,7 +126,7 @@ def _finite(arrays):
 
 
 def _rel(dtype):
-    return CLOSE.get(dtype, CLOSE["float32"])
+    return COMPUTES.get(dtype, COMPUTES["float32"])  # agreement, relative to max(1, |answer|)
 
 
 # -- the log of the run's own calls -------------------------------------------------------------
@@ -415,7 +414,7 @@ def kind_of(calls, probes, version, dtype):
         if ref is None or other_ref is None or _close(other_ref, ref, rel) or not _finite(got):
             continue  # an input whose reference answer does not move (V = 1, a single token) says nothing
         repeats += 1
-        changed += again is None or not _close(_arrays(again), got, 10 * _EPS.get(dtype, 1e-7))
+        changed += again is None or not _close(_arrays(again), got, 10 * EPSILON.get(dtype, EPSILON["float32"]))
         if moved_answer is not None:
             moved_pairs += 1
             unmoved += _close(_arrays(moved_answer), got, rel)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from invariants.answers import FLOATS, TEXT, Either
 from invariants.asserts import InvariantViolation
 from invariants.gate.wire import DTYPES, WireError
-from invariants.protocol import OutputError
+from invariants.protocol import FUNCTIONS, OutputError
 
 MAX_ITEMS = 1000  # entries of any list or mapping in a frame
 LOAD_PROBLEMS = ("syntax_error", "import_error", "exit_at_import")  # the worker's words for a submission it could not load
@@ -142,97 +143,10 @@ def _name(spec):
 # -- answers: their dtypes and shapes, from the arguments -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Array:
-    """An array of exactly `shape` (None: at most one element; a None axis: any length), of a dtype whose kind is in `kinds`."""
-
-    shape: tuple | None
-    kinds: str
-
-    def shape_text(self):
-        return "(" + ", ".join("*" if n is None else str(n) for n in self.shape) + (",)" if len(self.shape) == 1 else ")")
-
-
-@dataclass(frozen=True)
-class Either:
-    """An answer that may take any of several forms (llama_decode's cache_positions or cache_sizes)."""
-
-    forms: tuple
-
-
-TEXT = "text"
-FLOATS, NUMBERS = "f", "iuf"  # floats; counts and ids (an integral float is the invariants' to judge)
-
-
-def _f(shape):
-    return Array(tuple(shape), FLOATS)
-
-
-def _i(shape):
-    return Array(tuple(None if n is None else int(n) for n in shape), NUMBERS)
-
-
-NUMBER = Array(None, NUMBERS + "b")
-
-
-def _shape(value):
-    return tuple(value.shape)
-
-
-def _broadcast(*arrays):
-    return np.broadcast_shapes(*(_shape(a) for a in arrays))
-
-
-def _heads(x, n_heads, keys):
-    """(B, H, T, S): attention weights of queries x (B, T, d) over `keys` positions."""
-    return _shape(x)[:-2] + (int(n_heads), _shape(x)[-2], keys)
-
-
-EXPECTED = {  # protocol function: its arguments -> the answer they call for (invariants.protocol.FUNCTIONS' "returns")
-    "softmax": lambda x, axis: _f(_shape(x)),
-    "layer_norm": lambda x, gain, bias, eps: _f(_broadcast(x, gain, bias)),
-    "rms_norm": lambda x, gain, eps: _f(_broadcast(x, gain)),
-    "gelu": lambda x: _f(_shape(x)),
-    "cross_entropy": lambda logits, targets: NUMBER,
-    "attention": lambda x, W_q, W_k, W_v, W_o, n_heads, causal: (_f(_shape(x)), _f(_heads(x, n_heads, _shape(x)[-2]))),
-    "feed_forward": lambda x, W1, b1, W2, b2: _f(_shape(x)[:-1] + _shape(W2)[-1:]),
-    "transformer_block": lambda x, params, n_heads, causal: _f(_shape(x)),
-    "gpt_logits": lambda ids, params, n_heads: _f(_shape(ids) + _shape(params["wte"])[:1]),
-    "gpt_param_count": lambda *args: NUMBER,
-    "top_k_gates": lambda router_logits, k: _f(_shape(router_logits)),
-    "moe": lambda x, router, experts, k: _f(_shape(x)),
-    "load_balancing_loss": lambda router_logits, k: NUMBER,
-    "tokens_per_expert": lambda router_logits, k: _i(_shape(router_logits)[-1:]),
-    "moe_n_params": lambda *args: NUMBER,
-    "moe_active_params": lambda *args: NUMBER,
-    "inference_flops_per_token": lambda *args: NUMBER,
-    "training_flops": lambda *args: NUMBER,
-    "build_vocab": lambda text: TEXT,
-    "encode": lambda text, vocab: _i((len(text),)),
-    "decode": lambda ids, vocab: TEXT,
-    "get_batch": lambda data, batch_size, seq_len, seed: (_i((batch_size, seq_len)), _i((batch_size, seq_len))),
-    "rope": lambda x, positions, base: _f(_shape(x)),
-    "gqa_attention": lambda q, k, v, causal, key_mask, window: (_f(_shape(q)[:-1] + _shape(v)[-1:]), _f(_shape(q)[:-1] + _shape(k)[-2:-1])),
-    "swiglu": lambda x, W_gate, W_up, W_down: _f(_shape(x)[:-1] + _shape(W_down)[-1:]),
-    "llama_block": lambda x, params, n_heads, n_kv_heads, rope_base, window: _f(_shape(x)),
-    "llama_logits": lambda ids, params, *rest: _f(_shape(ids) + _shape(params["embed"])[:1]),
-    "llama_decode": lambda ids, params, n_heads, n_kv_heads, rope_base, window, chunks: (
-        _f(_shape(ids) + _shape(params["embed"])[:1]),
-        # cache_positions (n, L, heads, slots): the heads and slots are the cache's own, for the cache law to judge; or cache_sizes (n,)
-        Either((_i((_chunk_count(chunks), len(params["blocks"]), None, None)), _i((_chunk_count(chunks),))))),
-    "cross_attention": lambda x, memory, W_q, W_k, W_v, W_o, n_heads: (_f(_shape(x)), _f(_heads(x, n_heads, _shape(memory)[-2]))),
-    "decoder_block": lambda x, memory, params, n_heads: _f(_shape(x)),
-}
-
-
-def _chunk_count(chunks):
-    return 1 if chunks is None else np.asarray(chunks).size
-
-
 def expected(name, args):
-    """The answer name(*args) calls for (an Array, TEXT, or a tuple of them), or None where the arguments do not say."""
+    """The answer name(*args) calls for (its entry's answer_form: an Array, TEXT, or a tuple of them), or None where the arguments do not say."""
     try:
-        return EXPECTED[name](*args)
+        return FUNCTIONS[name].answer_form(*args)
     except (AttributeError, IndexError, KeyError, TypeError, ValueError):  # arguments an invariant made odd on purpose
         return None
 
@@ -278,10 +192,8 @@ def _mismatch(want, tree, what, arrays):
         return None  # wire.decode words a malformed array
     if _KINDS[dtype] not in want.kinds:
         return f"dtype of {what}={dtype}, but should be {'a float dtype' if want.kinds == FLOATS else 'a real number dtype'}"
-    if want.shape is None and math.prod(shape) > 1:
-        return f"shape of {what}={tuple(shape)}, but should be a scalar"
-    if want.shape is not None and (len(shape) != len(want.shape) or any(w is not None and n != w for n, w in zip(shape, want.shape, strict=True))):
-        return f"shape of {what}={tuple(shape)}, but should be {want.shape_text()}"
+    if not want.fits_shape(shape):
+        return f"shape of {what}={tuple(shape)}, but should be {'a scalar' if want.shape is None else want.shape_text()}"
     arrays.append(tree)
     return None
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from invariants.protocol import Implementation
 
-ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes", "decoder")
+ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes", "shapes",
+               "finite", "decoder")
 MUTANTS: dict = {}
 
 

@@ -250,7 +250,7 @@ def mask_buffer_for_64_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **bia
 @mutant(
     replaces="attention",
     killed_by="attention.causal_weights_pattern",
-    also_named_by=("attention.causal_non_leakage",),  # "a kernel that masks only within its tiles of 16 to 128"
+    also_named_by=("attention.causal_non_leakage",),  # "a kernel masking only within its tiles of 16 to 128"
     bug="a kernel tiled by 16 masks only within its diagonal tiles: the tiles right of the diagonal are seen (T > 16)",
 )
 def tiles_of_16_masked_on_the_diagonal_only(x, W_q, W_k, W_v, W_o, n_heads, causal=True, **biases):
