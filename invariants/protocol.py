@@ -48,8 +48,9 @@ BACKENDS = ("numpy", "torch")
 class ProtocolFunction:
     """One function of the protocol, its entry: how the suite calls it, what it answers, how a report shows a call, what it builds on.
 
-    Its valid inputs, drawn to honour an implementation's declarations, are invariants.inputs.VALID_INPUTS[name];
-    the laws written once over every entry (dtypes.<name>_keeps_dtype) read `outputs` and `floating`.
+    Its valid inputs, drawn to honour an implementation's declarations, are invariants.inputs.VALID_INPUTS[name], registered
+    (@valid_inputs) by the component module whose HOLDS lists it; the laws written once over every entry (dtypes, shapes,
+    finite: invariants.table_laws) read `outputs`, `floating` and `answer_form`.
     """
 
     name: str
