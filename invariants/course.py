@@ -7,6 +7,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import reference.numpy as ref
 from invariants.asserts import assert_equal, assert_shape, assert_value, assert_where
+from invariants.inputs import valid_inputs
 from invariants.protocol import ImplementationError
 from invariants.registry import invariant
 from strategies.core import integers, seeds
@@ -15,6 +16,21 @@ from strategies.text import COURSE_ALPHABET, corpora, token_streams, window_leng
 
 LESSON = 170  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("build_vocab", "encode", "decode", "get_batch")  # the protocol functions whose laws it holds
+
+
+@valid_inputs("encode")
+def encode_arguments(impl, case):
+    """A text and its vocabulary: the text's sorted characters (an empty text is a valid call too)."""
+    corpus = case.draw(corpora(min_size=1), "corpus")
+    text = corpus[: case.draw(integers(0, len(corpus)), "text's length")]
+    return text, "".join(sorted(set(corpus)))
+
+
+@valid_inputs("get_batch")
+def get_batch_arguments(impl, case):
+    """A token stream and a batch of windows that fit it."""
+    data = case.draw(token_streams(), "data")
+    return data, case.draw(integers(1, 4), "batch_size"), case.draw(window_lengths(len(data)), "seq_len"), case.draw(seeds(), "seed")
 
 
 @invariant(

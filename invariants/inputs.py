@@ -5,9 +5,9 @@
 A drawer takes the Implementation (its declarations: LAYER_NORM_EPS, ATTENTION_BIASES, SLIDING_WINDOW, ...) and the Case
 to draw from, and returns the arguments of one call. Each lives in the component module whose HOLDS lists its function,
 registered there with `@valid_inputs("<function>")` (invariants/qk_norm.py: `qk_norm_attention_arguments`); this module
-holds only the table. Looking up a function whose module is not imported yet imports it. The laws written once over every
-entry (invariants.dtypes) call them; tests/test_inputs.py checks that every floating function of
-invariants.protocol.FUNCTIONS has exactly one, in its module. Sizes are small: these inputs are for laws that hold at any size.
+holds only the table. Looking up a function whose module is not imported yet imports it. The laws written once over the
+table (invariants.table_laws: dtypes, shapes, finite) call them; tests/test_inputs.py checks that every function of
+invariants.protocol.FUNCTIONS that answers arrays has exactly one, in its module. Sizes are small: these inputs are for laws that hold at any size.
 """
 
 from __future__ import annotations

@@ -56,6 +56,11 @@ def load_balancing_loss_arguments(impl, case):
     return top_k_gates_arguments(impl, case)  # the same router logits and k
 
 
+@valid_inputs("tokens_per_expert")
+def tokens_per_expert_arguments(impl, case):
+    return top_k_gates_arguments(impl, case)  # the same router logits and k
+
+
 def _gates(impl, logits, k, call):
     return assert_shape(impl.top_k_gates(logits, k), logits.shape, "top_k_gates(router_logits, k)", call).astype(np.float64)
 

@@ -78,6 +78,11 @@ class ProtocolFunction:
             raise ValueError(f"protocol function {self.name} needs `answer_form`, the form of the answer its arguments call for")
 
     @property
+    def answers_arrays(self):
+        """Whether it answers arrays (floats, ids or counts), not a lone number or text: the shape law draws those."""
+        return self.outputs != VALUE["outputs"]
+
+    @property
     def signature(self):
         return f"{self.name}({', '.join(self.params)})"
 

@@ -1,4 +1,4 @@
-"""Laws written once over the protocol table: one invariant per entry with floating answers, drawn from its valid inputs.
+"""Laws written once over the protocol table: one invariant per entry it applies to, drawn from the entry's valid inputs.
 
     KEEPS_DTYPE = per_entry(__name__, "keeps_dtype", assert_keeps_dtype, statement, hint)   # invariants.dtypes
 
@@ -13,8 +13,8 @@ from invariants.protocol import FUNCTIONS
 from invariants.registry import invariant
 
 
-def per_entry(component, suffix, assert_law, statement, hint):
-    """{name: the invariant <component>.<name>_<suffix>} for every entry with floating answers.
+def per_entry(component, suffix, assert_law, statement, hint, applies=lambda entry: bool(entry.floating)):
+    """{name: the invariant <component>.<name>_<suffix>} for every entry it applies to (by default those with floating answers).
 
     Each draws VALID_INPUTS[name] and calls assert_law(impl, name, args); statement(entry) is its one-sentence
     docstring and hint(entry) its hint. `component` is the module's __name__, which names the component.
@@ -28,7 +28,7 @@ def per_entry(component, suffix, assert_law, statement, hint):
         check.__module__, check.__doc__ = component, statement(entry)
         return invariant(requires=(entry.name,), hint=hint(entry))(check)
 
-    return {name: law(entry) for name, entry in FUNCTIONS.items() if entry.floating}
+    return {name: law(entry) for name, entry in FUNCTIONS.items() if applies(entry)}
 
 
 def parts_named(entry, parts):

@@ -49,7 +49,7 @@ def test_every_floating_protocol_function_has_a_dtype_invariant():
     assert all(len(inv.requires) == 1 for inv in DTYPE_INVARIANTS)  # one function each: a partial implementation skips exactly
     assert checked.isdisjoint(NOT_FLOATING)
     assert checked | set(NOT_FLOATING) == set(FUNCTIONS), sorted(set(FUNCTIONS) - checked - set(NOT_FLOATING))
-    assert set(VALID_INPUTS) == checked  # the entry's valid inputs, which the law over the table draws
+    assert checked <= set(VALID_INPUTS)  # the entry's valid inputs, which the law over the table draws
     for inv in DTYPE_INVARIANTS:
         assert inv.name == f"dtypes.{inv.requires[0]}_keeps_dtype"
         assert inv.hint.endswith(f"; the leaks every function shares: {COMMON_CAUSES}"), inv.name  # after its own leak

@@ -1,4 +1,4 @@
-"""Valid inputs: one drawer per floating protocol function, registered in the component module whose HOLDS lists it."""
+"""Valid inputs: one drawer per protocol function that answers arrays, registered in the component module whose HOLDS lists it."""
 
 import re
 import subprocess
@@ -14,7 +14,7 @@ from invariants.registry import COMPONENTS, all_invariants
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "invariants"
-FLOATING = sorted(name for name, entry in FUNCTIONS.items() if entry.floating)
+ARRAYS = sorted(name for name, entry in FUNCTIONS.items() if entry.answers_arrays)  # floats, ids or counts
 all_invariants()  # every component module imported: every drawer registered
 
 
@@ -25,11 +25,12 @@ def _registrations(function):
             for _ in pattern.finditer(path.read_text(encoding="utf-8"))]
 
 
-def test_the_functions_with_drawers_are_the_floating_ones():
-    assert sorted(VALID_INPUTS) == FLOATING
+def test_the_functions_with_drawers_are_those_that_answer_arrays():
+    assert sorted(VALID_INPUTS) == ARRAYS
+    assert {name for name, entry in FUNCTIONS.items() if entry.floating} < set(ARRAYS)  # and the ids and counts besides
 
 
-@pytest.mark.parametrize("function", FLOATING)
+@pytest.mark.parametrize("function", ARRAYS)
 def test_each_drawer_is_registered_once_in_a_module_that_holds_its_function(function):
     holders = [component for component, holds in COMPONENTS.items() if function in holds]
     module = VALID_INPUTS[function].__module__
@@ -45,8 +46,8 @@ def test_a_lookup_imports_the_module_that_holds_the_function():
 
 
 def test_a_function_without_valid_inputs_is_refused_by_name():
-    with pytest.raises(KeyError, match=r"no valid inputs for 'tokens_per_expert': no component module registers them"):
-        VALID_INPUTS["tokens_per_expert"]  # held by invariants.moe, but its answer is a count, not floating
+    with pytest.raises(KeyError, match=r"no valid inputs for 'gpt_param_count': no component module registers them"):
+        VALID_INPUTS["gpt_param_count"]  # held by invariants.counts, but its answer is a lone int, not arrays
 
 
 def test_the_readme_shows_the_qk_norm_drawer_as_it_is():

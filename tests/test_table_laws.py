@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 TABLE_LAWS = [inv for inv in all_invariants() if inv.component in ("shapes", "finite")]
 CI = profile_settings("ci")
 FLOATING = sorted(name for name, entry in FUNCTIONS.items() if entry.floating)
+ARRAYS = sorted(name for name, entry in FUNCTIONS.items() if entry.answers_arrays)  # the floating ones, ids and counts
 CONFIGS = [("reference.numpy", "float64"), ("reference.numpy", "float32"), ("reference.numpy", "float16"),
            ("reference.torch", "float64"), ("reference.torch", "float32"), ("reference.torch", "bfloat16"),
            ("reference.torch", "float16")]
@@ -25,10 +26,11 @@ def _run(inv, impl):
     return outcome.status, outcome.report or outcome.reason or ""
 
 
-def test_one_law_of_each_kind_per_floating_entry():
-    assert sorted(ANSWER_SHAPE) == sorted(ANSWER_FINITE) == FLOATING
-    for name in FLOATING:
+def test_a_shape_law_per_entry_that_answers_arrays_and_a_finiteness_law_per_floating_one():
+    assert sorted(ANSWER_SHAPE) == ARRAYS and sorted(ANSWER_FINITE) == FLOATING
+    for name in ARRAYS:
         assert ANSWER_SHAPE[name].name == f"shapes.{name}_answer_shape" and ANSWER_SHAPE[name].requires == (name,)
+    for name in FLOATING:
         assert ANSWER_FINITE[name].name == f"finite.{name}_answer_finite" and ANSWER_FINITE[name].requires == (name,)
 
 
@@ -47,11 +49,10 @@ def _first(answer):
     return answer, lambda part: part
 
 
-def _wrong_shape(backend, function):
-    stack = np.stack if backend == "numpy" else torch.stack
-
+def _wrong_shape(function):
     def wrapped(*args):
         first, rebuilt = _first(function(*args))
+        stack = torch.stack if isinstance(first, torch.Tensor) else np.stack  # reference.torch's text functions answer numpy
         return rebuilt(stack([first, first]))  # one more leading axis: (2, ...), a scalar becomes (2,)
 
     return wrapped
@@ -67,14 +68,23 @@ def _one_nan(backend, function):
     return wrapped
 
 
+def _reference(backend, name):
+    return getattr(load_implementation(f"reference.{backend}").namespace, name)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("name", ARRAYS)
+def test_a_wrong_shape_fails_the_shape_law(name, backend):
+    wrong = _wrong_shape(_reference(backend, name))
+    status, report = _run(ANSWER_SHAPE[name], Implementation.from_functions(backend=backend, **{name: wrong}))
+    assert status == "failed" and f"shape of {FUNCTIONS[name].signature}" in report and "=(2," in report, report
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("name", FLOATING)
-def test_a_wrong_shape_fails_the_shape_law_and_a_nan_the_finiteness_law(name, backend):
-    reference = load_implementation(f"reference.{backend}").namespace
-    function = getattr(reference, name)
-    status, report = _run(ANSWER_SHAPE[name], Implementation.from_functions(backend=backend, **{name: _wrong_shape(backend, function)}))
-    assert status == "failed" and f"shape of {FUNCTIONS[name].signature}" in report and "=(2," in report, report
-    status, report = _run(ANSWER_FINITE[name], Implementation.from_functions(backend=backend, **{name: _one_nan(backend, function)}))
+def test_a_nan_fails_the_finiteness_law(name, backend):
+    nan = _one_nan(backend, _reference(backend, name))
+    status, report = _run(ANSWER_FINITE[name], Implementation.from_functions(backend=backend, **{name: nan}))
     assert status == "failed" and "=nan, but should be finite" in report, report
     assert f"hint: {ANSWER_FINITE[name].hint}" in report
 
