@@ -27,10 +27,10 @@ from functools import lru_cache
 import numpy as np
 from hypothesis import strategies as st
 
-from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_value, assert_where
+from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.inputs import valid_inputs
-from invariants.protocol import ImplementationError, describe_call
+from invariants.protocol import FUNCTIONS, ImplementationError, describe_call
 from invariants.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
@@ -89,17 +89,7 @@ def _attend(impl, inputs, call, **changes):
     weights is None where impl declares ATTENTION_WEIGHTS = False (its attention answers out alone).
     """
     __tracebackhide__ = True
-    args = {**inputs, **changes}
-    B, T, d = args["x"].shape
-    answer = impl.attention(*attention_args(args))
-    n = len(answer) if isinstance(answer, tuple) else 1
-    if not returns_weights(impl):
-        assert_value(n, 1, "number of arrays attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
-        return assert_shape(answer, (B, T, d), "attention output", call), None
-    assert_value(n, 2, "number of arrays attention returned (out, weights)", call)
-    out = assert_shape(answer[0], (B, T, d), "attention output", call)
-    weights = assert_shape(answer[1], (B, args["n_heads"], T, T), "attention weights", call)
-    return out, weights
+    return FUNCTIONS["attention"].checked(impl, attention_args({**inputs, **changes}), call)
 
 
 def _magnitude(impl, inputs, weights, **changes):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 import reference.numpy as ref
-from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps, returns_weights
+from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
+from invariants.conventions import biases_as_declared, d_ff_for, layer_norm_eps
 from invariants.inputs import valid_inputs
-from invariants.protocol import describe_call
+from invariants.protocol import FUNCTIONS, describe_call
 from invariants.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS, layer_norm_condition
@@ -46,16 +46,7 @@ def decoder_block_arguments(impl, case):
 def _cross(impl, inputs, call, **changes):
     """impl.cross_attention on inputs with `changes`: out (B, T, d) and weights (B, H, T, S) (None with ATTENTION_WEIGHTS = False)."""
     __tracebackhide__ = True
-    args = {**inputs, **changes}
-    (B, T, d), S = args["x"].shape, args["memory"].shape[1]
-    answer = impl.cross_attention(*cross_args(args))
-    n = len(answer) if isinstance(answer, tuple) else 1
-    if not returns_weights(impl):
-        assert_value(n, 1, "number of arrays cross_attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
-        return assert_shape(answer, (B, T, d), "cross_attention output", call), None
-    assert_value(n, 2, "number of arrays cross_attention returned (out, weights)", call)
-    return (assert_shape(answer[0], (B, T, d), "cross_attention output", call),
-            assert_shape(answer[1], (B, args["n_heads"], T, S), "cross_attention weights", call))
+    return FUNCTIONS["cross_attention"].checked(impl, cross_args({**inputs, **changes}), call)
 
 
 def _magnitude(impl, inputs):

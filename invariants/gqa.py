@@ -19,10 +19,10 @@ from functools import cache
 import numpy as np
 
 import reference.numpy as ref
-from invariants.asserts import assert_close, assert_shape, assert_value
-from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, returns_weights, rounds_in_float32
+from invariants.asserts import assert_close
+from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, rounds_in_float32
 from invariants.inputs import valid_inputs
-from invariants.protocol import describe_call
+from invariants.protocol import FUNCTIONS, describe_call
 from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
@@ -65,16 +65,7 @@ def attend(impl, inputs, call, **changes):
     weights is None where impl declares ATTENTION_WEIGHTS = False (it answers out alone).
     """
     __tracebackhide__ = True
-    args = {**inputs, **changes}
-    B, H, T, D = args["q"].shape
-    S = args["k"].shape[2]
-    answer = impl.gqa_attention(*gqa_args(args))
-    n = len(answer) if isinstance(answer, tuple) else 1
-    if not returns_weights(impl):
-        assert_value(n, 1, "number of arrays gqa_attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
-        return assert_shape(answer, (B, H, T, D), "gqa_attention output", call), None
-    assert_value(n, 2, "number of arrays gqa_attention returned (out, weights)", call)
-    return assert_shape(answer[0], (B, H, T, D), "gqa_attention output", call), assert_shape(answer[1], (B, H, T, S), "gqa_attention weights", call)
+    return FUNCTIONS["gqa_attention"].checked(impl, gqa_args({**inputs, **changes}), call)
 
 
 def visible(inputs, **changes):

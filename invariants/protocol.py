@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from invariants.answers import NUMBER, TEXT, Either, broadcast, chunk_count, floats, heads, ints, shape_of
-from invariants.asserts import assert_value
+from invariants.asserts import assert_form, assert_value
 from invariants.boundary import (
     CallError,
     OutputError,  # noqa: F401 - raised through here by every transport
@@ -105,16 +105,34 @@ class ProtocolFunction:
         """
         __tracebackhide__ = True
         call = self.describe(args, every=True, dtype=impl.dtype)
-        answer = impl.call(self.name, *args)
+        parts = self._split(impl, impl.call(self.name, *args), args, call)
+        if len(parts) == 1:
+            return call, [(self.signature, *parts[0])]
+        return call, [(f"{self.signature}[{i}] ({part})", part, value, form) for i, (part, value, form) in enumerate(parts)]
+
+    def checked(self, impl, args, call):
+        """impl.<name>(*args) as a tuple of its parts (out, weights), each held to its answer_form; weights None under ATTENTION_WEIGHTS = False.
+
+        The parts are named as the laws' reports name them ("attention output", "attention weights"); `call` is how they show the call.
+        """
+        __tracebackhide__ = True
+        parts = self._split(impl, impl.call(self.name, *args), args, call)
+        values = tuple(assert_form(value, form, f"{self.name} {'output' if part == 'out' else part}", call) for part, value, form in parts)
+        return values + (None,) * (len(self.outputs) - len(values))
+
+    def _split(self, impl, answer, args, call):
+        """[(part, value, form)] of an answer: out alone where impl declares ATTENTION_WEIGHTS = False; a tuple of another length is a violation."""
+        __tracebackhide__ = True
         outputs, form = self.outputs, self.answer_form(*args)
-        if "weights" in outputs and not returns_weights(impl):
-            outputs, form = outputs[:1], form[0]
         if len(outputs) == 1:
-            return call, [(self.signature, outputs[0], answer, form)]
+            return [(outputs[0], answer, form)]
+        if "weights" in outputs and not returns_weights(impl):
+            assert_value(len(answer) if isinstance(answer, tuple) else 1, 1,
+                         f"number of arrays {self.name} returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
+            return [(outputs[0], answer, form[0])]
         assert_value(len(answer) if isinstance(answer, tuple) else 1, len(outputs), f"number of arrays {self.name} returned ({', '.join(outputs)})",
                      call)
-        return call, [(f"{self.signature}[{i}] ({part})", part, value, part_form)
-                      for i, (part, value, part_form) in enumerate(zip(outputs, answer, form, strict=True))]
+        return list(zip(outputs, answer, form, strict=True))
 
 
 def _shown(param, value, dtype):

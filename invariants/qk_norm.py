@@ -26,10 +26,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 import reference.numpy as ref
-from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import declared, declared_skip, returns_weights, rms_norm_eps, rounds_in_float32
+from invariants.asserts import assert_close, assert_equal, assert_where
+from invariants.conventions import declared, declared_skip, rms_norm_eps, rounds_in_float32
 from invariants.inputs import valid_inputs
-from invariants.protocol import describe_call
+from invariants.protocol import FUNCTIONS, describe_call
 from invariants.reference_check import reference_tolerance
 from invariants.registry import invariant
 from invariants.rope import angle_error, assert_close_to_a_pairing, rope_pairings
@@ -63,16 +63,7 @@ def qk_norm_attention_arguments(impl, case):
 def attend(impl, inputs, call, **changes):
     """impl.qk_norm_attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T) (None under ATTENTION_WEIGHTS = False)."""
     __tracebackhide__ = True
-    args = {**inputs, **changes}
-    (B, T, d), H = args["x"].shape, args["n_heads"]
-    answer = impl.qk_norm_attention(*qk_norm_args(args))
-    n = len(answer) if isinstance(answer, tuple) else 1
-    if not returns_weights(impl):
-        assert_value(n, 1, "number of arrays qk_norm_attention returned (out alone, as ATTENTION_WEIGHTS = False declares)", call)
-        return assert_shape(answer, (B, T, d), "qk_norm_attention output", call), None
-    assert_value(n, 2, "number of arrays qk_norm_attention returned (out, weights)", call)
-    out = assert_shape(answer[0], (B, T, d), "qk_norm_attention output", call)
-    return out, assert_shape(answer[1], (B, H, T, T), "qk_norm_attention weights", call)
+    return FUNCTIONS["qk_norm_attention"].checked(impl, qk_norm_args({**inputs, **changes}), call)
 
 
 def with_params(inputs, **params):
