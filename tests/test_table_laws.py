@@ -109,7 +109,8 @@ def test_the_shape_law_honours_attention_weights_false():
     inv = REGISTRY["shapes.attention_answer_shape"]
     assert _run(inv, Implementation(_OutOnly(False), label="out only", backend="numpy"))[0] == "passed"
     status, report = _run(inv, Implementation(_OutOnly(True), label="a tuple", backend="numpy"))
-    assert status == "failed" and "number of arrays attention returned (out alone, as ATTENTION_WEIGHTS = False declares)=2, but should be 1" in report, report
+    assert status == "failed", report
+    assert "number of arrays attention returned (out alone, as ATTENTION_WEIGHTS = False declares)=2, but should be 1" in report, report
 
 
 def test_llama_decode_may_answer_either_cache_form_but_no_other():
