@@ -110,8 +110,8 @@ def decode_matches_full_forward(impl, case):
 @invariant(
     requires=("llama_decode",),
     hint="the cache stores keys per query head (repeated before caching: the point of GQA lost), holds a position twice (the "
-    "whole cache appended again), is replaced by each chunk instead of extended, or keeps fewer than the w - 1 most recent "
-    "positions a window's next query needs",
+    "whole cache appended again, or positions restarting at 0 each chunk), holds the wrong positions (an offset counted twice), "
+    "is replaced by each chunk instead of extended, or keeps fewer than the w - 1 most recent positions a window's next query needs",
 )
 def cache_size_law(impl, case):
     """After t tokens each layer's cache holds the keys of H_kv heads at positions 0 .. t - 1, each once (with a window w, at least

@@ -113,11 +113,30 @@ def _below(component):
     return _closure(DEPENDS, component)
 
 
+OVER_THE_TABLE = tuple(component for component, functions in COMPONENTS.items() if not functions)  # dtypes, shapes, finite
+SYMPTOMS = ("shapes", "finite")  # laws over the table that fail with most bugs of their function, naming none of them
+
+
+@cache
+def _function_components():
+    """{a law over the table: the component holding the laws of the function it calls}: its failure is that function's."""
+    holders = {}
+    for component, functions in COMPONENTS.items():
+        for name in functions:
+            holders.setdefault(name, component)
+    return {inv.name: holders[inv.requires[0]] for inv in all_invariants() if inv.component in OVER_THE_TABLE and inv.requires[0] in holders}
+
+
+def _component(name):
+    """The component a failing invariant speaks for: its own, or for a law over the table, its function's."""
+    return _function_components().get(name, name.split(".")[0])
+
+
 def root_failures(failed):
     """The failing invariants whose component depends on no other failing component (root causes first)."""
-    components = {name.split(".")[0] for name in failed}
+    components = {_component(name) for name in failed}
     roots = {c for c in components if not _below(c) & components}
-    return {name for name in failed if name.split(".")[0] in roots}
+    return {name for name in failed if _component(name) in roots}
 
 
 def _compares_with_reference(name):
@@ -150,7 +169,9 @@ def diagnose(failed, held, signatures=None, *, exclude=()):
         explained = tuple(sorted(j for j in others if like and sum(j in f for f in like) * 2 >= len(like)))
         score = log_likelihood - SPECIFICITY * math.log(share) - GENERIC * _compares_with_reference(candidate)
         ranked.append(Diagnosis(candidate, score, explained, ()))
-    ranked.sort(key=lambda d: (-d.score, d.invariant))  # equal scores in name order: the same ranking in every process
+    # a symptom (an answer of the wrong shape, NaN) after every failing law of a component, which can name the bug that caused it;
+    # equal scores in name order: the same ranking in every process
+    ranked.sort(key=lambda d: (d.invariant.split(".")[0] in SYMPTOMS, -d.score, d.invariant))
     if ranked:
         closest = sorted(zoo.items(), key=lambda item: -_jaccard(item[1][1] & (failed | held), failed))[:3]
         ranked[0] = Diagnosis(ranked[0].invariant, ranked[0].score, ranked[0].explained,

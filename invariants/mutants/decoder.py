@@ -320,13 +320,13 @@ def tied_head(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None
 # -- the KV cache ------------------------------------------------------------------------------------------------------
 
 
-@mutant(replaces="chunk_positions", killed_by="decoding.decode_matches_full_forward",
+@mutant(replaces="chunk_positions", killed_by="decoding.decode_matches_full_forward", also_named_by=("decoding.cache_size_law",),
         bug="each chunk's positions counted from 0, not from past_length (pytorch/executorch#2010)")
 def positions_restart_each_chunk(past_length, n):
     return np.arange(n)  # BUG: past_length ignored
 
 
-@mutant(replaces="chunk_positions", killed_by="decoding.decode_matches_full_forward",
+@mutant(replaces="chunk_positions", killed_by="decoding.decode_matches_full_forward", also_named_by=("decoding.cache_size_law",),
         bug="the offset advanced by the prompt length twice: a decode step at 2·past_length (skyzh/tiny-llm#46)")
 def offset_counted_twice(past_length, n):
     return np.arange(2 * past_length, 2 * past_length + n)  # BUG: past_length added again
