@@ -25,7 +25,7 @@ CALLS = [  # (function, arguments, what the suite got back)
 ]
 EXPECTED = ('attention weights of the queries at positions < 1 should be exactly equal (bitwise, == per element)', 'worst at index (0, 0, 0, 0): got 0.731058579, expected 0.5')  # what the suite expected, in its own words
 VIOLATION = 'attention weights of the queries at positions < 1=different values, but should be exactly equal (bitwise, == per element) [attention(x[1, 2, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True) with x[:, 1:] replaced]\n  mismatched 1 of 2 elements (50.0%); exact equality required\n  worst at index (0, 0, 0, 0): got 0.731058579, expected 0.5\n  max abs error 0.231, max rel error 0.462'
-HINT = "the future leaks into the past: the mask is missing, applied after the softmax (the future stays in the denominator), off by one (triu with k=2: each token sees the next), built for another length (a longer mask sliced as if earlier tokens were cached), right only up to some length (a mask buffer built for a block size of 64, a kernel that masks only within its tiles of 16 to 128: see the length in the call), or a finite value instead of -inf (an additive mask of -1e4, GPT-2's masked_bias: it leaks once scores are that large)"
+HINT = "the future leaks into the past: no mask, a mask after the softmax (the future stays in the denominator), off by one (triu with k=2), built for another length (a longer mask sliced as if tokens were cached), right only up to some length (a buffer for a block size of 64, a kernel masking only within its tiles of 16 to 128: see the call's length), or -1e4 for -inf (GPT-2's masked_bias)"
 
 
 def default_target():

@@ -24,7 +24,7 @@ CALLS = [  # (function, arguments, what the suite got back)
 ]
 EXPECTED = ("the first query's weights should be exactly equal (bitwise, == per element)", 'worst at index (0, 0, 0): got 0.5, expected 1')  # what the suite expected, in its own words
 VIOLATION = "the first query's weights=different values, but should be exactly equal (bitwise, == per element) [attention(x[1, 2, 1], W_q, W_k, W_v, W_o, n_heads=1, causal=True)]\n  mismatched 1 of 2 elements (50.0%); exact equality required\n  worst at index (0, 0, 0): got 0.5, expected 1\n  max abs error 0.5, max rel error 0.5"
-HINT = "the mask also hides the diagonal (triu with k=0: the first token sees nothing and its row is 0/0 = NaN), fills the future with a finite value too small to zero it (-1e4, GPT-2's masked_bias, once scores reach 1e4), is right only up to some length (a mask built per tile of 16 to 128 that leaves the tiles beyond the diagonal unmasked, a buffer for a fixed block size, a longer mask sliced as if earlier tokens were cached), is off by one (triu with k=2: each token also sees the next), or zeroes the weights after the softmax (the first row is then not 1)"
+HINT = "the mask also hides the diagonal (triu with k=0: the first row is 0/0 = NaN), fills the future with a finite value (-1e4, GPT-2's masked_bias, beaten by scores of 1e4), is right only up to some length (masked only within tiles of 16 to 128, a buffer for one block size, a longer mask sliced as if cached), is off by one (triu with k=2), or zeroes weights after the softmax (row 0 does not sum to 1)"
 
 
 def default_target():
