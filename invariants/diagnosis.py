@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from invariants.graphs import reachable_from
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
 
@@ -57,14 +58,8 @@ def _depends():
 
 
 def _closure(graph, start):
-    """Every node reachable from `start` in graph {node: its successors}, start excluded."""
-    seen, todo = set(), list(graph.get(start, ()))
-    while todo:
-        current = todo.pop()
-        if current not in seen:
-            seen.add(current)
-            todo.extend(graph.get(current, ()))
-    return seen
+    """Every node reachable from `start` in graph {node: its successors} by at least one edge."""
+    return reachable_from(graph.get(start, ()), lambda node: graph.get(node, ()))
 
 
 DEPENDS = _depends()  # component -> the components whose functions it calls, e.g. block: (norms, attention, feed_forward)

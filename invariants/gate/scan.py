@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import fnmatch
 
+from invariants.graphs import reachable_from
+
 
 def _dotted(node, aliases):
     """'torch.nn.functional.scaled_dot_product_attention' for an attribute chain on an imported name, or None."""
@@ -138,16 +140,10 @@ class Reach:
                     for target in node.targets:
                         if isinstance(target, ast.Name):
                             refs.setdefault(target.id, set()).update(_names_in(node.value))
-        self.reach = {}
-        for name in protocol:
-            seen, todo = set(), [name]
-            while todo:
-                current = todo.pop()
-                if current in seen:
-                    continue
-                seen.add(current)
-                todo += [n for n in refs.get(current, ()) if n in refs]
-            self.reach[name] = seen
+        def defined_refs(name):
+            return [n for n in refs.get(name, ()) if n in refs]
+
+        self.reach = {name: reachable_from([name], defined_refs) for name in protocol}  # protocol function -> the defs it reaches
 
     def functions(self, where):
         """The protocol functions reaching 'file.py:12', or None (module level, unknown, or reached by none)."""

@@ -40,6 +40,7 @@ from hypothesis import Phase, Verbosity
 from hypothesis import settings as hypothesis_settings
 
 from invariants.diagnosis import leave_one_out_accuracy
+from invariants.graphs import reachable_from
 from invariants.mutants import all_mutants
 from invariants.mutants.course_checks import CourseCheckSkipped, all_course_checks
 from invariants.mutants.documented import documented_mutants, equivalent_controls
@@ -111,18 +112,14 @@ def reachable(namespace, name):
 
     A callable that is not a plain function (a partial, a builtin, an object) adds OPAQUE: it may call anything.
     """
-    seen, todo = set(), [name]
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
+
+    def callees(current):
         value = vars(namespace).get(current)
         if inspect.isfunction(value):
-            todo.extend(_code_names(value))
-        elif callable(value) and not inspect.isclass(value):
-            seen.add(OPAQUE)
-    return seen
+            return _code_names(value)
+        return [OPAQUE] if callable(value) and not inspect.isclass(value) else []
+
+    return reachable_from([name], callees)
 
 
 @cache
