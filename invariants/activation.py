@@ -30,6 +30,7 @@ COURSE_VALUES = ((1.0, 0.841), (-3.0, -0.004), (10.0, 10.0), (0.0, 0.0))  # the 
 
 @valid_inputs("gelu")
 def gelu_arguments(impl, case):
+    """An array of up to 2 axes of moderate values."""
     return (case.draw(activation_inputs(max_ndim=2, max_side=4), "x"),)
 
 

@@ -74,6 +74,7 @@ def _draw_inputs(impl, case, *, large_scores=False, **options):
 
 @valid_inputs("attention")
 def attention_arguments(impl, case):
+    """x (B, T, d) of up to (2, 4, 6), its four (d, d) projections, a head count dividing d, and a causal flag as declared."""
     causal = case.draw(sampled_from(causal_modes(impl)), "causal")
     return attention_args(case.draw(attention_inputs(max_batch=2, max_seq=4, max_heads=2, max_d_head=3, causal=causal), "inputs"))
 

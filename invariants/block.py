@@ -73,6 +73,7 @@ def block_params_for(impl, d_model, *, attn_bias=None):
 
 @valid_inputs("transformer_block")
 def transformer_block_arguments(impl, case):
+    """A (B, T, d) batch, block weights with the biases as declared, a head count dividing d, and a declared causal flag."""
     shape = case.draw(attention_shapes(max_batch=2, max_seq=4, max_heads=2, max_d_head=3), "shape")
     x = case.draw(float_arrays((shape.batch, shape.seq, shape.d_model)), "x")  # (B, T, d)
     params = case.draw(block_params_for(impl, shape.d_model), "params")

@@ -32,11 +32,13 @@ LOW_PRECISION = ("float16", "bfloat16")
 
 @valid_inputs("cross_attention")
 def cross_attention_arguments(impl, case):
+    """x (B, T, d) and a memory (B, S, d) of up to 2 positions each, the four (d, d) projections and a head count dividing d."""
     return cross_args(case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs"))
 
 
 @valid_inputs("decoder_block")
 def decoder_block_arguments(impl, case):
+    """Cross-attention's inputs with a decoder block's weights, the width and biases as declared."""
     inputs = case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs")
     d = inputs["x"].shape[-1]
     params = case.draw(biases_as_declared(impl, decoder_block_params(d, d_ff=d_ff_for(impl, d))), "params")

@@ -43,6 +43,7 @@ def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
 
 @valid_inputs("llama_decode")
 def llama_decode_arguments(impl, case):
+    """One-layer Llama weights, a 2- or 3-token prompt and a split of it into chunks the implementation declares it takes."""
     config = draw_one_layer_config(impl, case)
     params = case.draw(llama_params(config), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=1, min_seq=2, max_seq=3), "ids")

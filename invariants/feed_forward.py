@@ -36,6 +36,7 @@ def _draw(impl, case, **states):
 
 @valid_inputs("feed_forward")
 def feed_forward_arguments(impl, case):
+    """A (B, T, d) batch and W1, b1, W2, b2, the hidden width and biases as declared."""
     x = case.draw(hidden_states(max_batch=2, max_seq=3, max_d=6), "x")  # (B, T, d)
     d_ff = d_ff_for(impl, x.shape[-1])  # None unless FEED_FORWARD_RATIO is declared
     widths = dict(min_hidden=1, max_hidden=8) if d_ff is None else dict(min_hidden=d_ff, max_hidden=d_ff)

@@ -56,6 +56,7 @@ def draw_gqa_inputs(impl, case, *, shape=None, **options):
 
 @valid_inputs("gqa_attention")
 def gqa_attention_arguments(impl, case):
+    """Queries and fewer (or as many) key-value heads dividing their count, with the causal flag, window and key mask as declared."""
     return gqa_args(draw_gqa_inputs(impl, case))
 
 

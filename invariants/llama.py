@@ -56,6 +56,7 @@ def draw_one_layer_config(impl, case):
 
 @valid_inputs("llama_block")
 def llama_block_arguments(impl, case):
+    """A (1, 3, d) batch and one Llama block's weights, heads, RoPE base and window as declared."""
     config = draw_one_layer_config(impl, case)
     x = case.draw(float_arrays((1, 3, config.d_model)), "x")
     params = case.draw(llama_block_params(config), "params")
@@ -64,6 +65,7 @@ def llama_block_arguments(impl, case):
 
 @valid_inputs("llama_logits")
 def llama_logits_arguments(impl, case):
+    """Token ids of up to 3 positions and one-layer Llama weights, heads, RoPE base and window as declared."""
     config = draw_one_layer_config(impl, case)
     params = case.draw(llama_params(config), "params")
     ids = case.draw(token_ids(config.vocab, max_batch=1, max_seq=3), "ids")

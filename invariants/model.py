@@ -38,6 +38,7 @@ def configs_for(impl, **options):
 
 @valid_inputs("gpt_logits")
 def gpt_logits_arguments(impl, case):
+    """Token ids no longer than the context and one-layer GPT weights with the biases as declared."""
     sizes = dict(max_vocab=6, max_max_len=4, max_layers=1, max_heads=2, max_d_head=3)
     config = case.draw(gpt_configs(**sizes, attn_bias=attention_biases(impl)), "config")
     params = case.draw(biases_as_declared(impl, gpt_params(config)), "params")

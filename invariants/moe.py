@@ -47,17 +47,20 @@ def _routing(case, **logit_options):
 
 @valid_inputs("top_k_gates")
 def top_k_gates_arguments(impl, case):
+    """(N, E) router logits of moderate values and a k from 1 to E."""
     shape = case.draw(moe_shapes(max_tokens=4, max_experts=4), "shape")
     return case.draw(router_logits(shape.tokens, shape.experts), "router_logits"), shape.k  # (N, E)
 
 
 @valid_inputs("load_balancing_loss")
 def load_balancing_loss_arguments(impl, case):
+    """The router logits and k of top_k_gates."""
     return top_k_gates_arguments(impl, case)  # the same router logits and k
 
 
 @valid_inputs("tokens_per_expert")
 def tokens_per_expert_arguments(impl, case):
+    """The router logits and k of top_k_gates."""
     return top_k_gates_arguments(impl, case)  # the same router logits and k
 
 
@@ -336,6 +339,7 @@ def moe_params_for(impl, d_model, n_experts, d_ff_default=None):
 
 @valid_inputs("moe")
 def moe_arguments(impl, case):
+    """(N, d) tokens, a router and experts with the biases as declared, and a k from 1 to E."""
     shape = case.draw(moe_shapes(max_tokens=4, max_experts=3, max_d=4), "shape")
     x = case.draw(moe_tokens(shape.tokens, shape.d_model), "x")  # (N, d)
     p = case.draw(moe_params_for(impl, shape.d_model, shape.experts, 4), "router, experts")

@@ -76,6 +76,7 @@ def _without_bias(gain_and_bias):
 
 @valid_inputs("layer_norm")
 def layer_norm_arguments(impl, case):
+    """Rows of moderate values, a gain and bias as declared, and the declared eps as a Python float."""
     x = case.draw(norm_rows(max_rows=3, max_d=8), "x")
     g, b = case.draw(gains_and_biases_for(impl, x.shape[-1]), "gain, bias")
     return x, g, b, layer_norm_eps(impl)  # a Python float, as the suite always passes eps
@@ -83,6 +84,7 @@ def layer_norm_arguments(impl, case):
 
 @valid_inputs("rms_norm")
 def rms_norm_arguments(impl, case):
+    """Rows of moderate values, a gain and the declared eps as a Python float."""
     x = case.draw(norm_rows(max_rows=3, max_d=8), "x")
     g, _ = case.draw(gains_and_biases(x.shape[-1]), "gain, bias")
     return x, g, rms_norm_eps(impl)

@@ -50,6 +50,7 @@ def draw_rope_inputs(impl, case, label, **options):
 
 @valid_inputs("rope")
 def rope_arguments(impl, case):
+    """(B, H, T, D) heads of even width D, T distinct integer positions in any order, and the declared RoPE base."""
     inputs = draw_rope_inputs(impl, case, "inputs", max_seq=3)
     return inputs["x"], inputs["positions"], inputs["base"]
 

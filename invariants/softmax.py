@@ -25,12 +25,14 @@ COURSE_VOCAB = 28  # the P01 character vocabulary: ' .abcdefghijklmnopqrstuvwxyz
 
 @valid_inputs("softmax")
 def softmax_arguments(impl, case):
+    """Logits of up to 2 axes of moderate values and any valid axis, negative ones included."""
     x = case.draw(logits(max_ndim=2, max_vocab=8), "x")
     return x, case.draw(integers(-x.ndim, x.ndim - 1), "axis")
 
 
 @valid_inputs("cross_entropy")
 def cross_entropy_arguments(impl, case):
+    """(N, V) logits of moderate values and a target class for each row."""
     x = case.draw(logits(min_ndim=2, max_ndim=2, max_side=4, max_vocab=8), "logits")  # (N, V)
     return x, case.draw(targets(x), "targets")
 

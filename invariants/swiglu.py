@@ -31,6 +31,7 @@ POWERS_OF_TWO = (2.0, 0.5, 4.0, -1.0, -2.0, 0.25, -0.5, 8.0)
 
 @valid_inputs("swiglu")
 def swiglu_arguments(impl, case):
+    """Rows x (N, d) with W_gate, W_up (d, F) and W_down (F, d)."""
     inputs = case.draw(swiglu_inputs(max_rows=2), "inputs")
     return tuple(inputs[n] for n in ("x", "W_gate", "W_up", "W_down"))
 
