@@ -29,7 +29,9 @@ from invariants.conventions import (
     biases_as_declared,
     causal_modes,
     d_ff_for,
+    first_reason,
     layer_norm_eps,
+    rounds_in_float32,
 )
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference
@@ -217,7 +219,7 @@ def causal_non_leakage(impl, case):
 @invariant(
     requires=("transformer_block",),
     hint="the block masks even with causal=False (the flag is ignored or hard-coded), or adds position information of its own",
-    applies=NO_ENCODER_MODE,
+    applies=first_reason(NO_ENCODER_MODE, rounds_in_float32),
 )
 def permutation_equivariant(impl, case):
     """In encoder mode (causal=False), permuting the tokens of x permutes the block's output the same way."""
@@ -237,6 +239,7 @@ def permutation_equivariant(impl, case):
     hint="the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, "
          "not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), "
          "LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM)",
+    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).

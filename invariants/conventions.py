@@ -135,9 +135,9 @@ CONVENTIONS = {
                    "rope and the Llama functions are drawn with this RoPE base only (undeclared: 10,000, 500,000 and 100), for code "
                    "whose base is fixed", bounds=THETA_BOUNDS, real=THETA_IN_REAL_CODE),
         Convention("COMPUTE_DTYPE", ("float32",), None,
-                   "'float32' (RMSNorm, RoPE or the softmax computed in float32 whatever the input dtype): in a float64 run the "
-                   "modern decoder's invariants held to float64 rounding are skipped, the exact ones still run; float32 and "
-                   "narrower runs are unchanged"),
+                   "'float32' (RMSNorm, RoPE, LayerNorm or the softmax computed in float32 whatever the input dtype): in a float64 "
+                   "run every invariant held to float64 rounding is skipped, the exact ones still run; float32 and narrower "
+                   "runs are unchanged"),
         Convention("MAX_DECODE_CHUNK", (int,), None,
                    "llama_decode is drawn with at most this many tokens in every chunk after the prefill (1: one-token steps)",
                    bounds=CHUNK_BOUNDS, real=CHUNK_IN_REAL_CODE),

@@ -103,6 +103,7 @@ def _rms_norm(impl, x, g, eps, call):
 @invariant(
     requires=("layer_norm",),
     hint="the variance is not the population one (divide by d, not d - 1), or the mean is not subtracted per row",
+    applies=rounds_in_float32,
 )
 def layer_norm_row_statistics(impl, case):
     """Each output row of layer_norm has mean 0 and population variance σ²/(σ²+ε), σ² the row's input variance."""
@@ -252,6 +253,7 @@ def rms_norm_of_centred_is_layer_norm(impl, case):
 @invariant(
     requires=("layer_norm",),
     hint="a convention differs from GPT-2's LayerNorm: population variance, eps inside the square root, gain then bias",
+    applies=rounds_in_float32,
 )
 def layer_norm_agrees_with_reference(impl, case):
     """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
@@ -289,7 +291,7 @@ _SQUARES_IN_16_BITS = ("the squares or the variance are computed in the input's 
                        "statistics, as torch's kernels and transformers' RMSNorm do")
 
 
-@invariant(requires=("layer_norm",), hint=f"layer_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}")
+@invariant(requires=("layer_norm",), hint=f"layer_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}", applies=rounds_in_float32)
 def layer_norm_large_rows(impl, case):
     """layer_norm of rows of size up to about ±12,000 (std 32 to 4096, representable in every dtype) is finite and agrees with the reference.
 

@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_where
+from invariants.conventions import rounds_in_float32
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
@@ -98,6 +99,7 @@ def softmax_shift_invariance(impl, case):
         "the row maximum is not subtracted before exp: exp(1e4) overflows to inf and inf/inf is NaN, exp(-1e4) underflows to 0 "
         "and 0/0 is NaN (exp(x - logsumexp(x)) stays finite but rounds logsumexp at the scale of 1e4)"
     ),
+    applies=rounds_in_float32,
 )
 def softmax_large_logits(impl, case):
     """softmax of logits of size 1e4 (rows shifted by ±1e4, or spread over ±1e4) is finite and agrees with the reference."""
@@ -132,6 +134,7 @@ def softmax_masked_entries_are_zero(impl, case):
     requires=("softmax",),
     hint="a convention differs from exp(x)/Σexp(x) along the given axis, or it is computed in a lower precision than "
     "its input (float16 inside: .half(), astype(np.float16), autocast), which leaves about 3 decimal digits",
+    applies=rounds_in_float32,
 )
 def softmax_agrees_with_reference(impl, case):
     """softmax agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
@@ -150,6 +153,7 @@ def _loss_tolerance(impl, x):
 @invariant(
     requires=("cross_entropy",),
     hint="the loss is summed over tokens instead of averaged, taken in bits (log2) instead of nats, or is not -log softmax",
+    applies=rounds_in_float32,
 )
 def cross_entropy_uniform_is_log_vocab(impl, case):
     """cross_entropy of logits that are equal within each row is ln V nats, whatever the targets.
@@ -169,6 +173,7 @@ def cross_entropy_uniform_is_log_vocab(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="the loss overflows or averages wrongly: the course's uniform logits over V = 28 give ln 28 = 3.3322 nats, at 0 and at 1e4",
+    applies=rounds_in_float32,
 )
 def cross_entropy_known_values(impl, case):
     """The course's figures: all-zero logits over V = 28 (2×5 tokens) give 3.3322 nats, and so do all-1e4 logits (1 token)."""
@@ -226,6 +231,7 @@ def cross_entropy_shift_invariance(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="the loss overflows at large logits: exp without subtracting the max (inf), or log(softmax(x)) instead of x - logsumexp(x) (log 0 = -inf)",
+    applies=rounds_in_float32,
 )
 def cross_entropy_large_logits(impl, case):
     """cross_entropy at logits of size 1e4 (rows shifted by ±1e4, or spread over ±1e4) is finite and agrees with the reference."""
@@ -239,6 +245,7 @@ def cross_entropy_large_logits(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="a convention differs from the mean negative log-probability in nats over every target position",
+    applies=rounds_in_float32,
 )
 def cross_entropy_agrees_with_reference(impl, case):
     """cross_entropy agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise, both widened by rtol·max|x|)."""
