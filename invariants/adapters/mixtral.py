@@ -10,8 +10,8 @@ Mixtral's conventions, and what the adapter does with each:
   nn.Linear's (F, d) transposed; gate_up_proj stacks the gate rows over the up rows.
 - Routing: softmax over all E experts (in float32, whatever the input dtype), torch.topk on
   those probabilities, the k kept ones renormalised to sum to 1. That equals the protocol's
-  softmax over the kept scores; the gates carry float32 precision, so run this adapter with
-  --impl-dtype float32 (or lower): in float64 its float32 routing cannot meet float64 tolerances.
+  softmax over the kept scores; the gates carry float32 precision (COMPUTE_DTYPE = "float32"):
+  a float64 run skips the laws held to float64 rounding, and --impl-dtype float32 checks them.
 - Ties: torch.topk breaks them its own way, not towards the lower index, hence
   TOP_K_TIES = "any": tied experts may be chosen in any order.
 - top_k_gates is read from Mixtral's router (MixtralTopKRouter) fed the router logits through an
@@ -31,7 +31,7 @@ from transformers.models.mixtral.modeling_mixtral import MixtralConfig, MixtralS
 from invariants.adapters import toolkit as tk
 
 BACKEND = "torch"
-EXPERT_FFN = "swiglu"
+EXPERT_FFN, COMPUTE_DTYPE = "swiglu", "float32"
 TOP_K_TIES = "any"  # torch.topk's order among tied experts, not the lower index first
 
 

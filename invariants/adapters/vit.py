@@ -10,6 +10,8 @@ Conventions converted:
 - nn.Linear stores (out, in): q_proj.weight = W_qᵀ, ..., o_proj.weight = W_oᵀ, fc1.weight = W1ᵀ, fc2.weight = W2ᵀ.
 - Its attention always has biases (qkv_bias=True, and o_proj's): ATTENTION_BIASES = True, zeros
   where the suite drew none.
+- Its softmax runs in float32 whatever the input (COMPUTE_DTYPE = "float32"): a float64 run skips the
+  laws held to float64 rounding; --impl-dtype float32 checks them.
 - intermediate_size and layer_norm_eps are config fields: the layer is built with the suite's d_ff
   and eps (ViT's own default eps is 1e-12).
 """
@@ -22,6 +24,7 @@ from invariants.adapters import toolkit as tk
 
 BACKEND = "torch"
 GELU_FORM = "erf"
+COMPUTE_DTYPE = "float32"  # its eager attention's softmax, whatever the input dtype
 ATTENTION_BIASES = True
 ENCODER_ONLY = True
 

@@ -14,8 +14,8 @@ Conventions converted or declared:
 - With one head its attention leaves out the output projection unless asked (project_out): the
   protocol's always has W_o, so it is asked for (attn_project_out=True).
 - The feed-forward width is dim·ff_mult, truncated to an int: ff_mult = Fraction(d_ff, d_model) makes it d_ff exactly.
-- Its attention computes the softmax in float32 whatever the input dtype (Attend's attn_fn), so it is
-  compared in float32 only, as ViT is (tox -e external).
+- Its attention computes the softmax in float32 whatever the input dtype (Attend's attn_fn):
+  COMPUTE_DTYPE = "float32", and it is compared in float32, as ViT is (tox -e external).
 """
 
 from fractions import Fraction
@@ -28,6 +28,7 @@ BACKEND = "torch"
 GELU_FORM = "erf"
 LAYER_NORM_BIAS = False
 LAYER_NORM_EPS = 1e-5
+COMPUTE_DTYPE = "float32"
 
 
 def _offset(gain):  # its LayerNorm multiplies by gamma + 1
