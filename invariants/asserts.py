@@ -11,10 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from invariants.answers import FLOATS, TEXT, Either
-from invariants.tolerance import tolerance_for
-
-FLOAT32_SIZED = ("its errors are of float32 rounding size, not a convention's: code that computes in float32 by design declares "
-                 "COMPUTE_DTYPE = 'float32'")  # read by invariants.diagnosis
 
 
 class InvariantViolation(AssertionError):
@@ -148,18 +144,8 @@ def assert_close(actual, expected, what, tol, call=None):
     ok = tol.allows(a, e)
     if ok.all():
         return
-    if tol.dtype == "float64" and _float32_sized(a, e):
-        what = f"{what} ({FLOAT32_SIZED})"
     _fail(what, "values out of tolerance", f"close to the expected values within {tol}", call,
           _mismatch_details(a, e, ~ok, f"tolerance {tol}"))
-
-
-def _float32_sized(actual, expected):
-    """Whether actual misses expected by no more than float32 rounding would (8 roundings at expected's scale), everywhere."""
-    if actual.shape != expected.shape or not np.isfinite(actual).all():
-        return False
-    scale = float(np.abs(expected).max(initial=0.0))
-    return bool(tolerance_for("float32").scaled(8).at_scale(scale).allows(actual, expected).all())
 
 
 def assert_where(condition, actual, what, expected, call=None):

@@ -70,7 +70,7 @@ GENERIC = 2.0  # what a comparison with the reference gives up to a failing law 
 NON_FINITE = ", but should be finite"  # the assertion grammar's phrase for NaN and inf (invariants.asserts.assert_finite)
 REFUSED = "refused chunks="  # invariants.decoding's phrase for a decode split the implementation would not take
 RAISED = " raised "  # "<function> raised <Type>: ...": the implementation's own exception (invariants.boundary)
-FLOAT32_NOTE = "float32 rounding size"  # in FLOAT32_SIZED, what a float64 comparison adds when an answer misses by that much
+FLOAT32_NOTE = "float32 rounding size"  # what a reference comparison adds when a float64 answer misses by that much
 FLOAT32_ROUNDING = 8 * float(np.finfo(np.float32).eps)  # 9.5e-7: a law with a larger tolerance that fails misses by more than float32 rounds
 TOLERANCE = re.compile(r"atol=([0-9.e+-]+) \+ rtol=([0-9.e+-]+)")
 WINDOW = re.compile(r"\bwindow=(\w+)")
