@@ -202,13 +202,12 @@ def _v1_float32_internals(**declarations):
     return Implementation(module, label="v1 float32 internals", backend="numpy", dtype="float64")
 
 
-def test_version_1_float32_internals_are_named_undeclared_and_skipped_declared():
-    """Every law a float64 run of float32 internals fails is one COMPUTE_DTYPE skips, and the failure names float32 rounding."""
+def test_version_1_float32_internals_fail_undeclared_and_are_skipped_declared():
+    """Every law a float64 run of float32 internals fails is one COMPUTE_DTYPE skips; the exact laws still run."""
     laws = [inv.name for inv in REGISTRY.values() if "numpy" in inv.backends and set(inv.requires) <= set(V1_IN_FLOAT32)]
     undeclared = _outcomes(_v1_float32_internals(), laws)
     failed = {n for n, o in undeclared.items() if o.status == "failed"}
     assert {"attention.agrees_with_reference", "block.agrees_with_reference", "model.agrees_with_reference"} <= failed, failed
-    assert all("float32 rounding size" in undeclared[n].reason for n in ("attention.agrees_with_reference", "model.agrees_with_reference"))
     declared = _v1_float32_internals(COMPUTE_DTYPE="float32")
     assert all(isinstance(REGISTRY[n].skip_reason(declared), Declared) for n in failed), failed
     outcomes = _outcomes(declared, laws)
