@@ -136,13 +136,26 @@ def test_a_fixed_rope_base_is_declared():
 
 
 def _in_float32(fn):
-    """fn computed in float32 and cast back: x.float() ... .type_as(x)."""
+    """fn computed on float32 copies of its floating arrays (params dicts and lists too), its answers cast back: x.float() ... .type_as(x)."""
+
+    def leaves(value):
+        if isinstance(value, dict):
+            value = list(value.values())
+        return [leaf for v in value for leaf in leaves(v)] if isinstance(value, (list, tuple)) else [value]
+
+    def cast(value, to):
+        if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f":
+            return value.astype(to)  # a float32 scalar (cross_entropy's answer) is cast back too
+        if isinstance(value, dict):
+            return {k: cast(v, to) for k, v in value.items()}
+        return type(value)(cast(v, to) for v in value) if isinstance(value, (list, tuple)) else value
 
     def computed(*args, **options):
-        cast = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float64 else a for a in args]
-        return fn(*cast, **options).astype(args[0].dtype)
+        dtype = next(leaf.dtype for leaf in leaves(args) if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f")
+        return cast(fn(*cast(args, np.float32), **options), dtype)
 
     return computed
+
 
 LLAMA = ("llama.residual_identity", "llama.causal_non_leakage", "llama.values_are_not_rotated", "llama.block_agrees_with_reference")
 
@@ -172,19 +185,6 @@ def test_float32_internals_fail_a_float64_run_undeclared_and_are_skipped_declare
     assert all(o.passed for o in in_float32.values()), {n: o.reason for n, o in in_float32.items() if not o.passed}
 
 
-def _deep_float32(fn):
-    """fn computed on float32 copies of every float64 array in its arguments (params dicts and lists too), its answers cast back."""
-
-    def cast(value, to):
-        if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f":
-            return value.astype(to)  # a float32 scalar (cross_entropy's answer) is cast back too
-        if isinstance(value, dict):
-            return {k: cast(v, to) for k, v in value.items()}
-        return type(value)(cast(v, to) for v in value) if isinstance(value, (list, tuple)) else value
-
-    return lambda *args: cast(fn(*cast(args, np.float32)), np.float64)
-
-
 # The version-1 functions, each computed in float32 as a whole (decoder_block is left alone: real code keeps its residual
 # stream in the input dtype, which the bitwise residual identity holds it to).
 V1_IN_FLOAT32 = ("softmax", "cross_entropy", "layer_norm", "gelu", "attention", "feed_forward", "transformer_block", "gpt_logits",
@@ -194,9 +194,9 @@ V1_IN_FLOAT32 = ("softmax", "cross_entropy", "layer_norm", "gelu", "attention", 
 def _v1_float32_internals(**declarations):
     from invariants.mutants import Mutant
 
-    module = Mutant("test.float32_v1", "", "", "numpy", "softmax", _deep_float32(rn.softmax)).namespace()
+    module = Mutant("test.float32_v1", "", "", "numpy", "softmax", _in_float32(rn.softmax)).namespace()
     for name in V1_IN_FLOAT32:
-        setattr(module, name, _deep_float32(getattr(rn, name)))
+        setattr(module, name, _in_float32(getattr(rn, name)))
     for name, value in declarations.items():
         setattr(module, name, value)
     return Implementation(module, label="v1 float32 internals", backend="numpy", dtype="float64")
