@@ -43,13 +43,19 @@ from invariants.registry import COMPONENTS, all_invariants
 SIGNATURES = Path(__file__).with_name("signatures.json")
 
 
-def _depends():
-    """{component: the components it builds on, directly}, from the entries' builds_on (invariants.protocol.FUNCTIONS):
-    the components holding the laws of the functions its own are built from, less those already below another of them."""
-    holders = {}  # protocol function -> the components whose laws it is held to
+def _holders():
+    """{protocol function: the components whose laws it is held to, in COMPONENTS order}."""
+    holders = {}
     for component, functions in COMPONENTS.items():
         for name in functions:
             holders.setdefault(name, []).append(component)
+    return holders
+
+
+def _depends():
+    """{component: the components it builds on, directly}, from the entries' builds_on (invariants.protocol.FUNCTIONS):
+    the components holding the laws of the functions its own are built from, less those already below another of them."""
+    holders = _holders()
     direct = {component: {holder for name in functions for part in FUNCTIONS[name].builds_on for holder in holders.get(part, ())} - {component}
               for component, functions in COMPONENTS.items()}
     below = {component: _closure(direct, component) for component in COMPONENTS}
@@ -115,11 +121,8 @@ SYMPTOMS = ("shapes", "finite")  # laws over the table that fail with most bugs 
 @cache
 def _function_components():
     """{a law over the table: the component holding the laws of the function it calls}: its failure is that function's."""
-    holders = {}
-    for component, functions in COMPONENTS.items():
-        for name in functions:
-            holders.setdefault(name, component)
-    return {inv.name: holders[inv.requires[0]] for inv in all_invariants() if inv.component in OVER_THE_TABLE and inv.requires[0] in holders}
+    holders = _holders()
+    return {inv.name: holders[inv.requires[0]][0] for inv in all_invariants() if inv.component in OVER_THE_TABLE and inv.requires[0] in holders}
 
 
 def _component(name):
