@@ -115,7 +115,7 @@ BAD_CONFIGS = [
     ('[[invariants]\n', "not valid TOML"),
     ('[sandbox]\nrequire = ["filesytem"]\n[[invariants]]\nselect = "norms.*"\n', "is not a protection; known: filesystem"),
     ('[sandbox]\nrequire = "pid"\n[[invariants]]\nselect = "norms.*"\n', "must be a list of protections"),
-    ('[sandbox]\ntool = "docker"\n[[invariants]]\nselect = "norms.*"\n', "tool = 'docker' must be one of auto, bubblewrap, unshare, none"),
+    ('[sandbox]\ntool = "docker"\n[[invariants]]\nselect = "norms.*"\n', "tool = 'docker' must be one of auto, bubblewrap, unshare, landlock, none"),
     ('[similarity]\nfail_above = 70\n[[invariants]]\nselect = "norms.*"\n', "must be a share between 0 and 1"),
     ('[similarity]\nthreshold = 0.5\n[[invariants]]\nselect = "norms.*"\n', "is not a setting of [similarity]"),
 ]

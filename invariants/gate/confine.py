@@ -1,6 +1,6 @@
 """Confinement from the kernel: what the worker can see of the machine, built before the worker's interpreter starts.
 
-    tool = choose("auto")                  # Tool("bubblewrap" | "unshare" | "none", ...): probed once per process
+    tool = choose("auto")                  # Tool("bubblewrap" | "unshare" | "landlock" | "none", ...): probed once per process
     view = View.for_worker(submission=layout.root, runtime=runtime, scratch_bytes=256 << 20, hidden=[assignment, secret_file, ...])
     argv = view.command(tool, python_argv, ...)   # bwrap ... -- python ...  |  python invariants/gate/launch.py plan.json -- python ...
 
@@ -14,8 +14,12 @@ mounted: paths that fall inside a mounted tree are masked with an empty folder o
 
 bubblewrap (Debian's `bubblewrap`, the sandbox Flatpak uses) builds it; as root without
 bubblewrap, invariants/gate/launch.py builds the same view with unshare(2), mount(2) and pivot_root(2).
-Where neither works (not root and no bubblewrap, or a container that forbids namespaces) the
-tool is "none": the worker runs with the host's view, and the report says so.
+Where neither works (a container that forbids namespaces: Docker's, Gradescope's) the tool is
+"landlock" where the kernel has Landlock: no root of its own, but the worker, switched to a uid of
+its own, can open only an allowlist of the host's paths (invariants/gate/landlock.py: the same
+trees read-only, the project's entries left out one by one, and a scratch and a TMPDIR folder of
+its own, 0700), and sees no other process's /proc files. Without any of them the tool is "none":
+the worker runs with the host's view, and the report says so.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from pathlib import Path
 SANDBOX = "/sandbox"
 WORK = f"{SANDBOX}/work"  # the worker's HOME and working directory: a tmpfs of [limits] scratch_mib, gone with the worker
 SUBMISSION = f"{SANDBOX}/submission"  # the submission, read-only
-RUNTIME = f"{SANDBOX}/runtime"  # invariants/gate/worker.py, invariants/gate/wire.py and invariants/boundary.py, read-only: the worker's own code
-TOOLS = ("bubblewrap", "unshare", "none")
+RUNTIME = f"{SANDBOX}/runtime"  # the worker's own code (RUNTIME_FILES), read-only
+TOOLS = ("bubblewrap", "unshare", "landlock", "none")
+OWN_ROOT = ("bubblewrap", "unshare")  # the tools that build the worker a root of its own (namespaces); landlock holds it in the host's
 TMP_BYTES = 256 << 20  # the private /tmp (a tmpfs: its pages are memory, so it is small)
 SYSTEM_TREES = ("/usr",)
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks into /usr on merged-/usr systems
@@ -51,24 +56,34 @@ SHIPPED_MODULES = {  # the project's code a submission may import (its parents: 
 }
 SHIPPED_FOLDER = "lib"  # where under RUNTIME their copies lie
 RUNTIME_FILES = (  # (the file in the project, its copy under RUNTIME)
-    *((path, path) for path in ("invariants/gate/worker.py", "invariants/gate/wire.py", "invariants/boundary.py")),
+    *((path, path) for path in ("invariants/gate/worker.py", "invariants/gate/wire.py", "invariants/gate/seccomp.py", "invariants/gate/landlock.py",
+                                "invariants/boundary.py")),
     *((path, f"{SHIPPED_FOLDER}/{path}") for path in SHIPPED_MODULES.values()),
 )
 PROBE_SECONDS = 20
 ENV = "INVARIANTS_GATE_TOOL"  # overrides the assignment's [sandbox] tool (tests, and hosts where a probe misleads)
+REMEDY = ("install bubblewrap, run the gate as root where namespaces are allowed, or where Landlock is offered (Linux 5.13+, and a "
+          "seccomp profile that allows its calls, as Docker's and podman's defaults do); or list in [sandbox] require only what this host "
+          "gives (docs/gate.md, Without a sandbox tool)")
 
 
 @dataclass(frozen=True)
 class Tool:
     """The confinement this host offers: its name, its version or why a better one is missing."""
 
-    name: str  # "bubblewrap", "unshare" or "none"
+    name: str  # one of TOOLS
     detail: str  # "bubblewrap 0.8.0" or why there is no confinement
     program: str | None = None  # the bwrap executable
+    abi: int = 0  # landlock: the kernel's Landlock ABI version
 
     @property
     def confined(self):
         return self.name != "none"
+
+    @property
+    def own_root(self):
+        """Does the worker get a root of its own (its own mount, PID and network namespaces), rather than the host's behind Landlock?"""
+        return self.name in OWN_ROOT
 
 
 def _first_line(text):
@@ -108,6 +123,17 @@ def _unshare():
     return Tool("unshare", "unshare(2) as root (invariants/gate/launch.py: mount and PID namespaces, pivot_root)"), ""
 
 
+@functools.cache
+def _landlock():
+    """(Tool or None, why not): the kernel offers Landlock to this process (a container's seccomp profile may refuse it)."""
+    from invariants.gate import landlock
+
+    version = landlock.abi()
+    if version < 1:
+        return None, f"Landlock: {landlock.why_missing()}"
+    return Tool("landlock", f"Landlock ABI {version} (the kernel's allowlist of paths: no namespace can be made here)", abi=version), ""
+
+
 def choose(setting="auto"):
     """The Tool to confine workers with: the setting ("auto" picks the best available), or $INVARIANTS_GATE_TOOL."""
     setting = os.environ.get(ENV) or setting
@@ -126,6 +152,11 @@ def choose(setting="auto"):
         if tool:
             return tool
         reasons.append(why)
+    if setting in ("auto", "landlock"):
+        tool, why = _landlock()
+        if tool:
+            return tool
+        reasons.append(why)
     return Tool("none", "NOT CONFINED: " + "; ".join(reasons))
 
 
@@ -139,6 +170,16 @@ def _under(path, tree):
 
 def _real(path):
     return os.path.realpath(path)
+
+
+def _allowed_around(tree, hidden):
+    """[tree], or where it holds a hidden path, its entries one by one (links left out) around the hidden ones: what Landlock may allow."""
+    if tree in hidden:
+        return []
+    if not any(_under(path, tree) for path in hidden):
+        return [tree]
+    with os.scandir(tree) as entries:
+        return [part for entry in sorted(entries, key=lambda e: e.name) if not entry.is_symlink() for part in _allowed_around(entry.path, hidden)]
 
 
 @functools.cache
@@ -267,7 +308,17 @@ class View:
                         self.mounts.append(entry)
                         self.masked.append(path)
 
-    # -- the two tools --------------------------------------------------------------------------
+    def landlock_rules(self, *, write):
+        """What Landlock allows the worker (invariants/gate/landlock.py): the view's read-only trees and files, each split around the paths
+        masked in it (Landlock cannot hide a folder inside an allowed one), its devices, and the folders in `write`."""
+        hidden = {_real(path) for path in self.masked}
+        read = [part for m in self.mounts if m["kind"] == "ro" for part in _allowed_around(_real(m["src"]), hidden)]
+        devices = [m["src"] for m in self.mounts if m["kind"] == "dev"]
+        if any(m["kind"] == "devfs" for m in self.mounts):
+            devices = [f"/dev/{name}" for name in DEVICES] + devices
+        return {"read": list(dict.fromkeys(read)), "write": [str(path) for path in write], "devices": [d for d in devices if os.path.exists(d)]}
+
+    # -- the tools ----------------------------------------------------------------------------
 
     def bwrap_args(self, program, *, drop_user, info_fd=None):
         args = [program, *_namespace_flags(network=self.network, drop_user=drop_user)]
@@ -340,7 +391,7 @@ def kept_capabilities(drop_user):
 
 
 def copy_runtime(target):
-    """Copy the worker's own code (worker.py, wire.py, boundary.py) and the SHIPPED_MODULES into `target`, the folder mounted at RUNTIME."""
+    """Copy the worker's own code (RUNTIME_FILES: worker.py, wire.py, seccomp.py, landlock.py, boundary.py, the SHIPPED_MODULES) into `target`."""
     root = Path(__file__).resolve().parent.parent.parent
     target = Path(target)
     for src, dst in RUNTIME_FILES:
@@ -375,6 +426,20 @@ def describe(tool, view):
             "pid": "SHARED: the worker sees every process on the host in /proc, the gate's command line included",
         }
         return rows, ["filesystem", "tmp", "pid"]
+    if tool.name == "landlock":
+        left_out = f", {len(view.masked)} project, assignment or secret path(s) left out of them" if view.masked else ""
+        signals = ("no signal leaves its Landlock domain (ABI 6 scope)" if tool.abi >= 6 else
+                   "it can signal only its own uid's processes (kill of another uid fails with EPERM)")
+        rows = {
+            "filesystem": (f"{tool.detail}: NOT a root of its own: the host's file system, of which it can open only /usr and the "
+                           f"interpreter's folders (read-only{left_out}), the submission and its own code (read-only), and its scratch and "
+                           "TMPDIR folders; any other open fails with EACCES (it can still stat a path: names are not hidden)"),
+            "tmp": ("a private TMPDIR and scratch folder (0700) on the host's disk, removed with the grading; /tmp itself is "
+                    "out of its reach; no quota: [limits] file_size_mib bounds each file, not their sum"),
+            "pid": (f"NO PID namespace: it shares the host's PIDs, but cannot list or read /proc (Landlock); {signals}; ptrace is refused "
+                    "(seccomp); every process of its uid is killed when it stops"),
+        }
+        return rows, []
     masked = f"; {len(view.masked)} project, assignment or secret path(s) inside them masked" if view.masked else ""
     rows = {
         "filesystem": (f"{tool.detail}: a root of its own holding only /usr and the interpreter's folders (read-only), the submission "

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from invariants.gate import confine, frames, wire
-from invariants.gate.text import one_line, printable
+from invariants.gate import confine, frames, seccomp, wire
+from invariants.gate.text import one_line, printable, quoted
 from invariants.protocol import ImplementationError, OutputError, TransportLost
 
 BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "conftest")
@@ -121,10 +121,22 @@ def processes_of(uid):
     return found
 
 
+def keys_of(uid):
+    """How many keys the kernel holds for `uid` (/proc/key-users; 0 where it lists none, or has no keys)."""
+    try:
+        lines = Path("/proc/key-users").read_text().splitlines()
+    except OSError:
+        return 0
+    counts = {owner.strip(): rest.split() for owner, _, rest in (line.partition(":") for line in lines)}
+    return int(counts[str(uid)][1].split("/")[0]) if str(uid) in counts else 0
+
+
 def kill_uid(uid, seconds=5.0):
-    """SIGKILL every process of `uid` by kill(-1) from a child switched to that uid, until /proc shows none; RuntimeError if some stay."""
+    """SIGKILL every process of `uid` by kill(-1) from a child switched to that uid, until /proc shows none, and empty the uid's
+    user and user-session keyrings there (they outlive its processes); RuntimeError if a process stays."""
     if uid == 0:
         raise ValueError("kill_uid(0) would kill every process on the machine")
+    keyed = keys_of(uid) > 0  # looking a uid's keyrings up makes them: only where it holds keys
     deadline = time.monotonic() + seconds
     while True:
         child = os.fork()
@@ -135,6 +147,8 @@ def kill_uid(uid, seconds=5.0):
                 os.setresuid(uid, uid, uid)
                 if os.getresuid() == (uid, uid, uid):
                     os.kill(-1, signal.SIGKILL)
+                    for keyring in (seccomp.KEY_SPEC_USER_KEYRING, seccomp.KEY_SPEC_USER_SESSION_KEYRING) if keyed else ():
+                        seccomp.keyctl(seccomp.KEYCTL_CLEAR, keyring)
             finally:
                 os._exit(0)
         os.waitpid(child, 0)
@@ -144,6 +158,31 @@ def kill_uid(uid, seconds=5.0):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{len(left)} process(es) of the worker's uid {uid} survived SIGKILL for {seconds:g} s: pids {left[:10]}")
         time.sleep(0.01)
+
+
+def read_capture(parts, keep):
+    """(size, head, tail) of the bytes of `parts` one after another (bytes, or files read in place): the whole as head (tail None) when
+    it is at most 2 × keep bytes, else its first and last `keep` bytes; no more than that is ever read, however much a worker wrote."""
+    sizes = [len(part) if isinstance(part, bytes) else part.stat().st_size for part in parts]
+    size = sum(sizes)
+
+    def between(start, stop):
+        chunks, offset = [], 0
+        for part, length in zip(parts, sizes, strict=True):
+            lo, hi = max(start - offset, 0), min(stop - offset, length)
+            if lo < hi:
+                if isinstance(part, bytes):
+                    chunks.append(part[lo:hi])
+                else:
+                    with open(part, "rb") as file:
+                        file.seek(lo)
+                        chunks.append(file.read(hi - lo))
+            offset += length
+        return b"".join(chunks)
+
+    if size <= 2 * keep:
+        return size, between(0, size), None
+    return size, between(0, keep), between(size - keep, size)
 
 
 class Worker:
@@ -182,12 +221,13 @@ class Worker:
             for path in self._tree(self.layout.root):
                 if not path.is_symlink():
                     os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        if self.tool.confined:  # the worker's work folder is a tmpfs inside the sandbox: the host's scratch holds none of its files
+        if self.tool.own_root:  # the worker's work folder is a tmpfs inside the sandbox: the host's scratch holds none of its files
             return self.scratch, runtime
-        for folder in (work, work / "tmp"):
+        for folder in (work, work / "tmp"):  # its HOME and its TMPDIR: its own (0700), the only folders Landlock lets it write
             if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # the last worker put a file or a link there
                 folder.unlink()
             folder.mkdir(exist_ok=True)
+            os.chmod(folder, 0o700)
         if self.uid is not None:
             for path in [work, work / "tmp", *self._tree(self.layout.root)]:
                 os.chown(path, self.uid, self.uid, follow_symlinks=False)
@@ -207,7 +247,7 @@ class Worker:
 
     def _inside(self, work, runtime):
         """(work, submission, runtime) as the worker sees them."""
-        if self.tool.confined:
+        if self.tool.own_root:
             return confine.WORK, confine.SUBMISSION, confine.RUNTIME
         return str(work), str(self.layout.root), str(runtime)
 
@@ -217,7 +257,7 @@ class Worker:
         out_path, err_path = self.capture_paths()
         work_in, submission_in, runtime_in = self._inside(work, runtime)
         env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work_in, "TMPDIR": "/tmp" if self.tool.confined else f"{work_in}/tmp",
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work_in, "TMPDIR": "/tmp" if self.tool.own_root else f"{work_in}/tmp",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
         }
@@ -225,7 +265,7 @@ class Worker:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         request_r, self.request_w = os.pipe2(os.O_CLOEXEC)
         self.answer_r, answer_w = os.pipe2(os.O_CLOEXEC)
-        info_r, info_w = os.pipe2(os.O_CLOEXEC) if self.tool.confined else (None, None)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC) if self.tool.own_root else (None, None)
         python = [sys.executable, "-s", "-P", "-B", "-c", _BOOTSTRAP, runtime_in, str(request_r), str(answer_w)]
         sandbox_rows, missing = {}, []
         if self.tool.confined:
@@ -249,7 +289,8 @@ class Worker:
         os.set_blocking(self.answer_r, False)
         setup = {
             "workdir": work_in, "limits": self.limits.for_worker(self.device), "uid": self.uid,
-            "network_namespace": self.network_namespace, "confined": self.tool.name if self.tool.confined else None,
+            "network_namespace": self.network_namespace, "confined": self.tool.name if self.tool.own_root else None,
+            "landlock": self.view.landlock_rules(write=[work, work / "tmp"]) if self.tool.name == "landlock" else None,
             "readable": [submission_in], "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
             "shipped": {name: f"{confine.SHIPPED_FOLDER}/{path}" for name, path in confine.SHIPPED_MODULES.items()},
             "conventions": self.conventions,
@@ -275,7 +316,7 @@ class Worker:
             rows = "; ".join(f"{name}: {protections.get(name, 'unknown')}" for name in refused)
             return Loaded(protections, [], None, {"kind": "refused", "message": (
                 f"refused to grade: the assignment requires {', '.join(refused)}, not in effect on this host ({rows}); "
-                "install bubblewrap or run the gate as root (docs/gate.md)")}, [], {}, missing)
+                f"{confine.REMEDY}")}, [], {}, missing)
         wire.send(self.request_w, {"op": "load"}, deadline=time.monotonic() + HELLO_SECONDS)
         try:
             loaded, _ = self._receive(time.monotonic() + self.limits.import_seconds, "loaded")
@@ -292,7 +333,7 @@ class Worker:
         functions = [n for n in loaded["functions"] if n in self.functions]
         problem = loaded["problem"]  # its kind is one of frames.LOAD_PROBLEMS: a "refused" is the parent's alone
         if problem is not None:
-            problem = {"kind": problem["kind"], "message": printable(problem["message"][:2000])}
+            problem = {"kind": problem["kind"], "message": printable(quoted(problem["message"]))}
         backend = one_line(loaded["backend"], 60) if loaded["backend"] is not None else None
         declarations = {k: v for k, v in loaded["declarations"].items() if k in self.conventions}
         if problem is not None:
@@ -358,9 +399,9 @@ class Worker:
             code = self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             return "the worker closed its answer pipe but kept running"
-        if self.tool.confined and code == SETUP_FAILED:
+        if self.tool.own_root and code == SETUP_FAILED:
             return f"the sandbox could not be set up (exit status {code}; the captured stderr says why)"
-        if self.tool.confined and 128 < code <= 128 + 64:  # bubblewrap and invariants/gate/launch.py exit 128 + N for a signal N
+        if self.tool.own_root and 128 < code <= 128 + 64:  # bubblewrap and invariants/gate/launch.py exit 128 + N for a signal N
             code = -(code - 128)
         if code == 0:
             return "the worker process exited with status 0 (os._exit() or an exit from native code): a submission must not exit"
@@ -380,10 +421,10 @@ class Worker:
     @staticmethod
     def tail(path, limit=2000):
         try:
-            data = Path(path).read_bytes()[-limit:]
+            size, head, tail = read_capture([Path(path)], limit // 2)
         except OSError:
             return "(unreadable)"
-        return data.decode("utf-8", "replace").strip() or "(empty)"
+        return (head + (tail or b"")).decode("utf-8", "replace").strip() or "(empty)"
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -430,7 +471,7 @@ class Worker:
             raise frames.WrongAnswer(wrong)
         if not header["ok"]:
             error = header["error"]
-            message = printable(error["message"][:2000])  # the submission's words: escaped
+            message = printable(quoted(error["message"]))  # the submission's words: escaped
             if error["kind"] == "output":
                 raise OutputError(message)
             raise ImplementationError(message, original=_stand_in(error))

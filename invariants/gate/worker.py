@@ -2,14 +2,16 @@
 
     python -s -P -B -c "<bootstrap>" RUNTIME_DIR REQUEST_FD RESPONSE_FD   (invariants.gate.sandbox._BOOTSTRAP)
 
-RUNTIME_DIR holds copies of this file, invariants/gate/wire.py and invariants/boundary.py and nothing
-else (invariants.gate.confine.copy_runtime); the bootstrap imports this module from there and takes the
+RUNTIME_DIR holds copies of this file, invariants/gate/wire.py, invariants/gate/seccomp.py, invariants/gate/landlock.py and
+invariants/boundary.py and nothing else (invariants.gate.confine.copy_runtime); the bootstrap imports this module from there and takes the
 folder off sys.path again. Under bubblewrap or the unshare fallback (invariants.gate.confine) the process
 already runs in a root of its own, in its own PID, IPC, UTS and network namespaces, before this
 module is imported. Its three jobs, one section each:
 
-- confine: before any submission code, resource limits, an unprivileged uid, no new privileges
-  (and, unconfined, a new network namespace); it says which took effect, then waits for the
+- confine: before any submission code, resource limits, an unprivileged uid, no new privileges, a
+  session keyring of its own, under the landlock tool the paths it may open (invariants/gate/landlock.py), and
+  the system-call allowlist of invariants/gate/seccomp.py (and, without bubblewrap or unshare, a new network
+  namespace where one can be made); it says which took effect, then waits for the
   parent's go-ahead, which does not come when the assignment requires a protection that is missing;
 - guard: hide the project's own packages and record imports of them and calls of forbidden
   APIs as evidence (with each answer, the forbidden APIs used during that call);
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from invariants.gate import wire
+from invariants.gate import landlock, seccomp, wire
 
 
 def _load_boundary():
@@ -58,14 +60,9 @@ boundary = _load_boundary()
 MAX_REQUEST_BYTES = 1 << 30
 MAX_EVIDENCE = 200
 CLONE_NEWNET = 0x40000000
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 22, 47, 4
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 _CAP_VERSION_3 = 0x20080522
 CAPABILITY_SETS = ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd")  # the /proc/self/status lines, all 0 once confined
-# The file-handle system calls (name_to_handle_at, open_by_handle_at) per audit architecture: with a handle forged for a
-# mount's root, open_by_handle_at opens the host's root from inside any mount namespace (it needs CAP_DAC_READ_SEARCH).
-FILE_HANDLE_CALLS = {"x86_64": (0xC000003E, 303, 304), "aarch64": (0xC00000B7, 264, 265)}
-SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 2, 0x7FFF0000, 0x00050000 | 1
-X32_SYSCALL_BIT = 0x40000000
 
 
 class _CapHeader(ctypes.Structure):
@@ -74,14 +71,6 @@ class _CapHeader(ctypes.Structure):
 
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
 # -- confinement (runs as the parent's user, before any submission code) ----------------------
@@ -153,11 +142,30 @@ def _confine(setup):
     done["new_privileges"] = "blocked (no_new_privs: setuid programs gain nothing)" if ok else f"ALLOWED: prctl failed ({_errno_text()})"
     if not ok:
         missing.append("new_privileges")
-    blocked = _block_file_handles(libc) if ok else "not installed: a seccomp filter needs no_new_privs"
-    done["capabilities"] += f"; the file-handle calls: {blocked}"
-    if held or not blocked.startswith("refused"):
+    keys = _fresh_keyring()  # before the filter, which refuses keyctl
+    if setup.get("landlock"):  # before the filter, which refuses Landlock's calls
+        _restrict_paths(setup["landlock"], done, missing, switched, ok)
+    filtered = _install_allowlist(setup) if ok else "NOT FILTERED: a seccomp filter needs no_new_privs"
+    done["capabilities"] += f"; {keys}; system calls: {filtered}"
+    if held or filtered.startswith("NOT"):
         missing.append("capabilities")
+    elif "network" in missing and setup.get("network_namespace", True):  # no namespace, but the filter: no socket family but AF_UNIX
+        done["network"] = ("off: no socket family but AF_UNIX, and no connect(2) (the seccomp allowlist); no network namespace "
+                           f"({done['network'].removeprefix('ON: ')})")
+        missing.remove("network")
     return done, missing
+
+
+def _restrict_paths(rules, done, missing, switched, no_new_privs):
+    """Landlock (invariants/gate/landlock.py) on the paths in `rules`; where it fails, the filesystem, tmp and pid rows say so."""
+    why_not = landlock.restrict(**rules) if no_new_privs else "Landlock needs no_new_privs"
+    if why_not:
+        for row in ("filesystem", "tmp", "pid"):
+            done[row] = f"NOT CONFINED: Landlock is not in effect ({why_not})"
+        missing.extend(("filesystem", "tmp", "pid"))
+    elif not switched and landlock.abi() < 6:  # the gate's own uid, and no Landlock scope for signals
+        done["pid"] = "SHARED: no PID namespace, and it runs as the gate's uid: it can signal the gate's processes"
+        missing.append("pid")
 
 
 def _drop_privileges(setup, libc, processes):
@@ -208,20 +216,25 @@ def _clear_capabilities(libc):
     return f"none: the inheritable, permitted, effective and ambient sets are empty{bounding or ', the bounding set too'}", False
 
 
-def _block_file_handles(libc):
-    """A seccomp filter under which name_to_handle_at and open_by_handle_at fail with EPERM (and foreign-ABI calls); what took effect."""
+def _fresh_keyring():
+    """Join a new, empty session keyring of the worker's own (it inherits the gate's, which may hold a course's keys); what took effect."""
+    result, error = seccomp.keyctl(seccomp.KEYCTL_JOIN_SESSION_KEYRING, None)
+    if result < 0:
+        return f"keys: the gate's session keyring, out of reach only through the filter (joining a new one failed: {os.strerror(error)})"
+    return "keys: a new, empty session keyring of its own"
+
+
+def _install_allowlist(setup):
+    """The seccomp allowlist of invariants/gate/seccomp.py on every thread, the last step before the hello; what took effect."""
     machine = os.uname().machine
-    if machine not in FILE_HANDLE_CALLS:
-        return f"NOT REFUSED: no seccomp filter for {machine}"
-    arch, first, second = FILE_HANDLE_CALLS[machine]
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, SECCOMP_RET_EPERM),  # seccomp_data.arch: another ABI (i386 via int 0x80)
-               (ld, 0, 0, 0), (jge, 3, 0, X32_SYSCALL_BIT), (jeq, 2, 0, first), (jeq, 1, 0, second),  # seccomp_data.nr
-               (ret, 0, 0, SECCOMP_RET_ALLOW), (ret, 0, 0, SECCOMP_RET_EPERM)]
-    filters = (_SockFilter * len(program))(*(_SockFilter(*op) for op in program))
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_SockFprog(len(program), filters)), 0, 0) != 0:
-        return f"NOT REFUSED: prctl(PR_SET_SECCOMP) failed ({_errno_text()})"
-    return "refused (a seccomp filter: name_to_handle_at and open_by_handle_at fail with EPERM)"
+    program = seccomp.allowlist(machine, cuda=setup["device"].startswith("cuda"))
+    if program is None:
+        return f"NOT FILTERED: the gate has no system-call numbers for {machine}"
+    why_not = seccomp.install(program)
+    if why_not:
+        return f"NOT FILTERED: {why_not}"
+    return (f"an allowlist of {len(seccomp.allowed_numbers(machine))} (seccomp; any other call fails with ENOSYS, sockets are AF_UNIX "
+            "only, clone takes no namespace flag; docs/gate.md lists them)")
 
 
 def _owner(path):
@@ -439,16 +452,11 @@ def serve(fd_in, fd_out, namespace, setup, guard):
 
 
 def _declarations(namespace, names):
-    """The declared conventions, as short JSON values; anything else as a line of text, so the parent refuses it by name."""
-    found = {}
-    for name in names:
-        if hasattr(namespace, name):
-            value = getattr(namespace, name)
-            if type(value) is int and value.bit_length() > 63:  # past 4,300 digits it has no repr, and JSON cannot carry it
-                value = f"an int of {value.bit_length()} bits"
-            short = value is None or type(value) in (bool, int, float) or type(value) is str and len(value) <= 80
-            found[name] = value if short else boundary.first_line(repr(value), 80)
-    return found
+    """The declared conventions as the plain values the suite reads, anything else as a short description the parent refuses by name.
+
+    One reading for both: invariants/boundary.py's declared_value (np.float64(1e-5) is 1e-05, np.int64(4) is 4).
+    """
+    return {name: boundary.declared_value(getattr(namespace, name)) for name in names if hasattr(namespace, name)}
 
 
 def main(argv=None):
