@@ -5,8 +5,9 @@
 The reports are what students see for these submissions (and the class summary what staff
 see); tests/test_gate_examples.py checks they are in sync. Timestamps and durations are zeroed
 (the JSON, JUnit and Gradescope reports' and the class summary's) so that the files change only
-when the gate's verdicts or messages do. P01 requires the sandbox: run this where bubblewrap
-is installed, or as root.
+when the gate's verdicts or messages do. Each submission is seeded as a course's secret would seed
+it, from SECRET, published so that every machine regenerates the same reports. P01 requires the
+sandbox: run this where bubblewrap is installed, or as root.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import sys
@@ -22,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = "examples/submissions"
 ASSIGNMENT = "invariants/gate/assignments/p01.toml"
+SECRET_ENV = "INVARIANTS_GATE_EXAMPLES_SECRET"
+SECRET = "examples/regenerate.py: published, so that anyone can regenerate these reports; a course's secret never is"
 
 
 def normalise(folder):
@@ -55,14 +59,16 @@ def regenerate(out, jobs=2):
 
     if Path(out).exists():
         shutil.rmtree(out)
-    code = main(["--batch", SUBMISSIONS, "-a", ASSIGNMENT, "-o", str(out), "--jobs", str(jobs), "--quiet"])
+    os.environ[SECRET_ENV] = SECRET  # each report is seeded as a course's would be, and the same on every machine
+    try:
+        code = main(["--batch", SUBMISSIONS, "-a", ASSIGNMENT, "-o", str(out), "--jobs", str(jobs), "--quiet", "--secret-env", SECRET_ENV])
+    finally:
+        del os.environ[SECRET_ENV]
     normalise(out)
     return code
 
 
 if __name__ == "__main__":
-    import os
-
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
     sys.exit(regenerate("examples/reports"))

@@ -14,7 +14,7 @@ PHASES = tuple(phase for phase in Phase if phase != Phase.explain)
 _OPTIONS = {
     # Fast feedback while writing code: few examples, the example database on.
     "dev": dict(max_examples=20),
-    # CI and the gate: the same examples every run, nothing written to disk.
+    # CI: the same examples every run, nothing written to disk (the gate seeds each submission from the course secret).
     "ci": dict(max_examples=60, derandomize=True, database=None, print_blob=True),
     # The soak: at least 10,000 examples per invariant, fresh randomness.
     "thorough": dict(max_examples=10_000, database=None, print_blob=True),

@@ -8,8 +8,9 @@
 
 Exit codes: 0 passed, 1 failed, 2 usage or assignment-file error, 3 not gradable, 4 gate error.
 A batch (and a merge) exits 0 when every submission got a verdict, 4 when the gate failed on any.
-On a terminal one line on standard error shows the progress (the invariant running, or the
-submissions graded, and the time left); not with -q, in CI (CI set) or when it is not a terminal.
+Standard error shows the progress (the invariant running, or the submissions graded, and the time
+left): on a terminal one line rewritten in place; in a log (not a terminal, or CI set) whole lines, the
+first at once and then at most one every LOG_EVERY_SECONDS; nothing with -q.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 
 from invariants.gate import result as R
+from invariants.pipes import quiet_when_reader_leaves, reader_gone, reader_may_leave
 
 FORMATS = ("json", "junit", "gradescope", "markdown")
+LOG_EVERY_SECONDS = 10  # in a log, a progress line at most this often: a grading that runs for minutes still says where it is
 
 
 def _parser():
@@ -45,8 +49,9 @@ def _parser():
                                                              "outputs) into -o; no grading")
     p.add_argument("--visible-only", action="store_true", help="run only the visible invariants: what a student previews locally")
     p.add_argument("--show-hidden", action="store_true", help="name hidden invariants in the terminal, Markdown and JUnit reports")
-    p.add_argument("--seed", type=int, help="a fixed hypothesis seed (to reproduce a report's seed)")
-    p.add_argument("--secret-env", help="environment variable holding the course secret for per-submission seeds")
+    p.add_argument("--seed", type=int, help="a fixed hypothesis seed (to reproduce a report's seed; every submission gets the same inputs)")
+    p.add_argument("--secret-env", help="environment variable holding the course secret for per-submission seeds (default: the "
+                                        "assignment's [seed], else the secret the gate keeps, made on first use: docs/gate.md, Seeds)")
     p.add_argument("--secret-file", help="file holding the course secret for per-submission seeds")
     p.add_argument("--max-examples", type=int, help="override the assignment's examples per invariant")
     p.add_argument("--entry", help="module to load inside a folder or zip submission (default: __init__.py, submission.py, adapter.py)")
@@ -55,17 +60,6 @@ def _parser():
     p.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
     p.add_argument("--list", action="store_true", help="list the registered invariants (or the assignment's selection) and exit")
     return p
-
-
-def _secret(options, assignment):
-    """The course secret, or None: --secret-file, --secret-env, then the assignment's [seed] table."""
-    file = options.get("secret_file") or assignment.secret_file
-    env = options.get("secret_env") or assignment.secret_env
-    if file:
-        return Path(file).read_text(encoding="utf-8").strip() or None
-    if env:
-        return os.environ.get(env) or None
-    return None
 
 
 def load(options, state):
@@ -90,7 +84,7 @@ def grade_and_report(path, out_dir, options, *, state, progress=None):
     from invariants.gate.reports import write_reports
 
     assignment = load(options, state)
-    result = grade(path, assignment, seed=options.get("seed"), secret=_secret(options, assignment),
+    result = grade(path, assignment, seed=options.get("seed"), secret=options.get("secret"),
                    scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False),
                    hidden=[*options.get("hidden", ()), str(Path(out_dir).resolve())], progress=progress)
     written = write_reports(result, out_dir, options["formats"], show_hidden=options.get("show_hidden", False))
@@ -113,6 +107,7 @@ def _list(options):
     return 0
 
 
+@quiet_when_reader_leaves
 def main(argv=None):
     args = _parser().parse_args(argv)
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
@@ -120,11 +115,11 @@ def main(argv=None):
     if unknown:
         print(f"invariants-gate: --formats {unknown[0]!r} is not one of {', '.join(FORMATS)}", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
-    options = {"assignment": args.assignment, "formats": formats, "seed": args.seed, "secret_env": args.secret_env,
-               "secret_file": args.secret_file, "max_examples": args.max_examples, "entry": args.entry,
+    options = {"assignment": args.assignment, "formats": formats, "seed": args.seed, "max_examples": args.max_examples, "entry": args.entry,
                "visible_only": args.visible_only, "show_hidden": args.show_hidden, "scratch_root": args.scratch_root,
                "keep_scratch": args.keep_scratch, "hidden": [str(Path(p).resolve()) for p in args.submissions]}
     from invariants.gate.config import ConfigError
+    from invariants.gate.secret import SecretError, course_secret
 
     try:
         if args.list:
@@ -157,6 +152,12 @@ def main(argv=None):
         if not assignment.selected:
             print(f"invariants-gate: {assignment.path} selects no invariant{' that is visible' if args.visible_only else ''}", file=sys.stderr)
             return R.USAGE_ERROR_EXIT
+        if args.seed is None:  # once for the whole run (and its pool processes): the secret made on first use is made here
+            try:
+                options["secret"] = course_secret(assignment, secret_file=args.secret_file, secret_env=args.secret_env)
+            except SecretError as exc:
+                print(f"invariants-gate: {exc}", file=sys.stderr)
+                return R.EXIT_CODES[R.GATE_ERROR]
         if args.batch or len(args.submissions) > 1:
             return _batch(args, options, shard)
         return _single(args.submissions[0], args, options, state)
@@ -164,58 +165,83 @@ def main(argv=None):
         print(f"invariants-gate: {exc}", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and reader_gone():
+            raise  # standard output's reader left early (--list | head -1): quiet_when_reader_leaves ends it quietly
         print(f"invariants-gate: {exc}", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
 
 
-def _progress_shown(args):
-    """Whether to show progress: on a terminal only, and neither with -q nor in CI (its logs get nothing extra)."""
-    return not args.quiet and not os.environ.get("CI") and sys.stderr.isatty()
+class _Progress:
+    """progress(text) on standard error: on a terminal one line rewritten in place, in a log (not a terminal, or CI set) whole lines,
+    the first at once and then at most one every LOG_EVERY_SECONDS."""
+
+    def __init__(self):
+        self.terminal = not os.environ.get("CI") and sys.stderr.isatty()
+        self.logged = None  # when the latest line went into the log
+
+    def __call__(self, text):
+        from invariants.gate.text import printable
+
+        now = time.monotonic()
+        if self.terminal:
+            sys.stderr.write("\r\x1b[K" + printable(text)[:150])
+        elif self.logged is None or now - self.logged >= LOG_EVERY_SECONDS:
+            self.logged = now
+            sys.stderr.write(f"invariants-gate: {printable(text)[:150]}\n")
+        sys.stderr.flush()
+
+    def done(self):
+        """Clear the terminal's progress line."""
+        if self.terminal:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
-def _status(text):
-    """Rewrite the progress line on standard error ('' clears it)."""
-    from invariants.gate.text import printable
-
-    sys.stderr.write("\r\x1b[K" + printable(text)[:150])
-    sys.stderr.flush()
+def _progress(args):
+    """A _Progress, or None with -q."""
+    return None if args.quiet else _Progress()
 
 
-def _invariant_progress(show_hidden):
-    """progress(result, inv_result, seconds_left) for grade(): the invariant running (hidden.N for a hidden one), the time left."""
+def _invariant_progress(show_hidden, show):
+    """progress(result, inv_result, seconds_left) for grade(): the invariant running (hidden.N for a hidden one), the time left, to show."""
     from invariants.gate.reports import hide_names
 
     def progress(result, inv, left):
         number = result.invariants.index(inv) + 1
-        _status(f"[{number}/{len(result.invariants)}] {hide_names(result, show_hidden)(inv.name)}: "
+        show(f"[{number}/{len(result.invariants)}] {hide_names(result, show_hidden)(inv.name)}: "
                 f"{max(left, 0):.0f} s left of the run's {result.limits['run_seconds']:g} s")
 
     return progress
 
 
 def _single(path, args, options, state):
-    from invariants.gate.reports import headline, to_terminal
+    from invariants.gate.reports import headline, report_failed, to_terminal, write_reports
 
     if not Path(path).exists():
         print(f"invariants-gate: no file or folder {path!r}", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
-    shown = _progress_shown(args)
+    shown = _progress(args)
     result, written = grade_and_report(path, args.out, options, state=state,
-                                       progress=_invariant_progress(args.show_hidden) if shown else None)
+                                       progress=_invariant_progress(args.show_hidden, shown) if shown else None)
     if shown:
-        _status("")
+        shown.done()
     if args.quiet:
-        print(headline(result, show_hidden=args.show_hidden))
+        terminal = headline(result, show_hidden=args.show_hidden) + "\n"
     else:
-        sys.stdout.write(to_terminal(result, show_hidden=args.show_hidden))
-        print("reports: " + ", ".join(str(p) for p in written))
+        try:
+            terminal = to_terminal(result, show_hidden=args.show_hidden)
+        except Exception as exc:  # noqa: BLE001 - like any report's fault, a gate error for this submission, in its reports too
+            report_failed(result, "the terminal report", exc)
+            written = write_reports(result, args.out, options["formats"], show_hidden=args.show_hidden)
+            terminal = headline(result, show_hidden=args.show_hidden) + "\n"
+        terminal += "reports: " + ", ".join(str(p) for p in written) + "\n"
+    with reader_may_leave():  # a reader that leaves early (| head) changes no verdict
+        sys.stdout.write(terminal)
     return result.exit_code
 
 
 def _batch(args, options, shard=None):
-    import time
-
-    from invariants.gate.batch import batch_exit_code, grade_folder, submissions_in, timing, write_manifest, write_summary
+    from invariants.gate.batch import batch_exit_code, grade_folder, points, submissions_in, timing, write_manifest, write_summary
     from invariants.gate.text import printable
 
     paths = []
@@ -231,38 +257,42 @@ def _batch(args, options, shard=None):
     began = time.monotonic()
 
     def progress(done, total):
-        _status(f"graded {done} of {total} submission(s), about {(time.monotonic() - began) / done * (total - done):.0f} s left")
+        shown(f"graded {done} of {total} submission(s), about {(time.monotonic() - began) / done * (total - done):.0f} s left")
 
-    shown = _progress_shown(args)
+    shown = _progress(args)
     if shown:
-        _status(f"grading with {args.jobs} job(s)")
+        shown(f"grading with {args.jobs} job(s)")
     rows = grade_folder(paths, args.out, options, jobs=args.jobs, shard=shard, progress=progress if shown else None)
     if shown:
-        _status("")
-    for row in rows:
-        print(printable(f"{row['verdict']:<13} {row['score']:>6g}/{row['max_score']:<6g} {row['submission']}: {row['reason']}"))
+        shown.done()
     wall = time.monotonic() - began
-    print(f"graded {len(rows)} submission(s) in {wall:.0f} s with {args.jobs} job(s): {timing(rows)}")
     if shard is not None:
         manifest = write_manifest(args.out, shard, rows, len(paths))
-        print(f"shard {shard[0]} of {shard[1]}: {len(rows)} of {len(paths)} submissions; {manifest} (merge the shards with --merge)")
+        written = f"shard {shard[0]} of {shard[1]}: {len(rows)} of {len(paths)} submissions; {manifest} (merge the shards with --merge)"
     else:
-        written = write_summary(rows, args.out, load(options, {}).name)
-        print("class summary: " + ", ".join(str(p) for p in written))
+        written = "class summary: " + ", ".join(str(p) for p in write_summary(rows, args.out, load(options, {}).name))
+    with reader_may_leave():  # written before a word is printed: a reader that leaves early (| head) loses no summary and no verdict
+        for row in rows:
+            print(printable(f"{row['verdict']:<13} {points(row):>13} {row['submission']}: {row['reason']}"))
+        print(f"graded {len(rows)} submission(s) in {wall:.0f} s with {args.jobs} job(s): {timing(rows)}")
+        print(written)
     return batch_exit_code(rows)
 
 
 def _merge(args):
-    from invariants.gate.batch import MergeError, batch_exit_code, merge_rows, timing, write_summary
+    from invariants.gate.batch import MergeError, batch_exit_code, merge_rows, secret_notice, timing, write_summary
 
     try:
         rows = merge_rows(args.merge)
     except MergeError as exc:
         print(f"invariants-gate: --merge: {exc}", file=sys.stderr)
         return R.USAGE_ERROR_EXIT
+    if secret_notice(rows):
+        print(f"invariants-gate: --merge: {secret_notice(rows)}", file=sys.stderr)
     written = write_summary(rows, args.out, rows[0]["assignment"])
-    print(f"merged {len(rows)} report(s): {timing(rows)}")
-    print("class summary: " + ", ".join(str(p) for p in written))
+    with reader_may_leave():
+        print(f"merged {len(rows)} report(s): {timing(rows)}")
+        print("class summary: " + ", ".join(str(p) for p in written))
     return batch_exit_code(rows)
 
 

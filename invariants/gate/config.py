@@ -18,6 +18,7 @@ import tomllib
 from invariants.conventions import CONVENTIONS
 from invariants.gate.confine import TOOLS
 from invariants.gate.sandbox import Limits
+from invariants.gate.secret import POLICIES
 from invariants.profiles import PROFILE_NAMES
 from invariants.protocol import BACKENDS, DTYPES
 from invariants.registry import COMPONENTS, all_invariants
@@ -26,11 +27,11 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gra
 PROTECTIONS = ("filesystem", "tmp", "pid", "network", "cpu", "memory", "file_size", "core_dumps", "user", "capabilities", "processes",
                "new_privileges")
 SECTIONS = {
-    "assignment": {"name", "backend", "dtype", "device", "entry"},
+    "assignment": {"name", "backend", "dtype", "rounding", "device", "entry"},
     "examples": {"profile", "max_examples"},
     "limits": {f.name for f in fields(Limits)},
     "forbidden": {"apis", "on_use"},
-    "seed": {"secret_env", "secret_file"},
+    "seed": {"secret_env", "secret_file", "secret"},
     "sandbox": {"drop_user", "network_namespace", "tool", "require"},
     "similarity": {"reference", "flag_above", "fail_above"},
     "invariants": None,  # a list of tables, checked entry by entry
@@ -75,7 +76,8 @@ class Assignment:
     secret_file: str | None
     drop_user: bool
     network_namespace: bool
-    tool: str = "auto"  # how the worker is confined: auto | bubblewrap | unshare | none (invariants.gate.confine)
+    secret_policy: str = "make"  # without a given secret: "make" (keep one made on first use), "required" (refuse), "random" (a preview)
+    tool: str = "auto"  # how the worker is confined: auto | bubblewrap | unshare | landlock | none (invariants.gate.confine)
     require: tuple = ()  # protections without which the gate refuses to grade (names of the report's protections table)
     similarity_reference: bool = True  # compare the submission's code with the reference's
     flag_above: float = 0.5  # similarity shown as evidence from here
@@ -83,6 +85,14 @@ class Assignment:
     selected: tuple = ()  # of Selected, in the file's order
     excluded: tuple = ()  # of (invariant name, why the gate leaves it out)
     declarations: dict | None = None  # {convention: values a submission may declare}; None: any value the suite allows
+    rounding: str | None = None  # the coarsest rounding a correct answer may carry: "float32" in a float64 assignment; None: the dtype's
+
+    def graded_under(self, declared):
+        """The declarations a submission is graded under: its own (`declared`), and COMPUTE_DTYPE = "float32" where the assignment
+        takes float32 rounding in a float64 run (rounding = "float32"), so correct code that computes in float32 loses nothing."""
+        if self.rounding == "float32" and self.dtype == "float64":
+            return {"COMPUTE_DTYPE": "float32", **declared}
+        return declared
 
     def refused_declaration(self, declared):
         """Why the assignment refuses one of `declared` ({convention: value}, within the suite's bounds), or None.
@@ -104,11 +114,12 @@ class Assignment:
         """The same assignment restricted to its visible invariants: what a student previews locally.
 
         A preview runs the student's own code on the student's machine, so it does not insist on
-        the sandbox protections the assignment requires of the course's CI.
+        the sandbox protections the assignment requires of the course's CI, nor on the course's
+        secret: without one given, each preview draws a fresh random seed (invariants.gate.secret).
         """
         from dataclasses import replace
 
-        return replace(self, selected=tuple(s for s in self.selected if s.visibility == "visible"), require=())
+        return replace(self, selected=tuple(s for s in self.selected if s.visibility == "visible"), require=(), secret_policy="random")
 
 
 def _same(value, allowed):
@@ -265,6 +276,7 @@ def load_assignment(path):
     sandbox = _table(data, "sandbox", where)
     backend = _choice(a, "backend", (*BACKENDS, "any"), "any", where)
     dtype = _choice(a, "dtype", DTYPES, "float64", where)
+    rounding = _choice(a, "rounding", (dtype, "float32") if dtype == "float64" else (dtype,), dtype, where)  # as COMPUTE_DTYPE allows
     device = a.get("device", "cpu")
     if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
         _fail(where, "device", device, "must be cpu, cuda or cuda:N")
@@ -278,6 +290,7 @@ def load_assignment(path):
     for key in ("secret_env", "secret_file"):
         if key in seed and not isinstance(seed[key], str):
             _fail(where, f"[seed] {key}", seed[key], "must be a string")
+    secret_policy = _choice(seed, "secret", POLICIES, "make", where)
     for key in ("drop_user", "network_namespace"):
         if not isinstance(sandbox.get(key, True), bool):
             _fail(where, f"[sandbox] {key}", sandbox[key], "must be true or false")
@@ -309,9 +322,9 @@ def load_assignment(path):
         name=str(name), path=str(path), sha256=hashlib.sha256(raw).hexdigest(), backend=backend, dtype=dtype, device=device,
         entry=entry, profile=profile, max_examples=max_examples, limits=_limits(_table(data, "limits", where), where),
         forbidden=tuple(apis), on_forbidden=_choice(forbidden, "on_use", ("report", "fail"), "report", where),
-        secret_env=seed.get("secret_env") or None, secret_file=seed.get("secret_file") or None,
+        secret_env=seed.get("secret_env") or None, secret_file=seed.get("secret_file") or None, secret_policy=secret_policy,
         drop_user=sandbox.get("drop_user", True), network_namespace=sandbox.get("network_namespace", True),
         tool=tool, require=tuple(require), similarity_reference=similarity.get("reference", True),
         flag_above=thresholds["flag_above"], fail_above=thresholds["fail_above"],
-        selected=selected, excluded=excluded, declarations=_declarations(data, where),
+        selected=selected, excluded=excluded, declarations=_declarations(data, where), rounding=rounding,
     )
