@@ -6,7 +6,8 @@
 Each case grades one submission in a fresh interpreter (invariants.gate.grade.grade, no reports written) and
 prints the parent's peak resident memory (getrusage's ru_maxrss of that interpreter alone; the
 worker is a child and not counted), its wall clock, the verdict and the reason. The hostile cases
-answer with megabytes of the wrong dtype or shape on every call. Prints figures; asserts nothing.
+answer with megabytes of the wrong dtype or shape on every call, or (output_flood) flood stdout and stderr
+until the file size limit kills the worker, five worker generations over. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CASES = {  # name: (submission, assignment)
     "control_good": (HOSTILE / "good.py", HOSTILE_TOML),
     "huge_bool_answer": (HOSTILE / "huge_bool_answer.py", HOSTILE_TOML),
     "huge_wrong_shape": (HOSTILE / "huge_wrong_shape.py", HOSTILE_TOML),
+    "output_flood": (HOSTILE / "flood_output.py", ROOT / "tests" / "fixtures" / "assignments" / "flood.toml"),
 }
 _CHILD = """
 import json, resource, sys, time

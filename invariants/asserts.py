@@ -14,7 +14,15 @@ from invariants.answers import FLOATS, TEXT, Either
 
 
 class InvariantViolation(AssertionError):
-    """An implementation broke an invariant; the message says what, where and by how much."""
+    """An implementation broke an invariant; the message says what, where and by how much, and `measured` holds the figures as data.
+
+    measured: "check" (which assertion: type, shape, dtype, finite, exact, close, condition, value, form), for "close" its
+    "atol" and "rtol", and what a law adds (rope's "float32_sized"). A reader that needs a figure reads it here, never the message.
+    """
+
+    def __init__(self, message="", **measured):
+        super().__init__(message)
+        self.measured = measured
 
 
 def _fmt(value):
@@ -36,10 +44,10 @@ def _at(what, index):
     return f"{what}[{', '.join(map(str, index))}]" if index else what
 
 
-def _fail(what, got, expected, call, details=()):
+def _fail(what, got, expected, call, details=(), **measured):
     suffix = f" [{call}]" if call else ""
     lines = [f"{what}={got}, but should be {expected}{suffix}", *details]
-    raise InvariantViolation("\n".join(lines))
+    raise InvariantViolation("\n".join(lines), **measured)
 
 
 def as_array(value, what, call=None):
@@ -47,7 +55,7 @@ def as_array(value, what, call=None):
     __tracebackhide__ = True
     if isinstance(value, np.ndarray):
         return value
-    _fail(f"type of {what}", type(value).__name__, "an array", call)
+    _fail(f"type of {what}", type(value).__name__, "an array", call, check="type")
 
 
 def _comparable(actual, expected, what, call):
@@ -63,7 +71,7 @@ def _comparable(actual, expected, what, call):
     except ValueError:
         fits = False
     if not fits:
-        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call)
+        _fail(f"shape of {what}", tuple(actual.shape), tuple(expected.shape), call, check="shape")
     return expected
 
 
@@ -72,7 +80,7 @@ def assert_shape(actual, shape, what, call=None):
     __tracebackhide__ = True
     actual = as_array(actual, what, call)
     if tuple(actual.shape) != tuple(shape):
-        _fail(f"shape of {what}", tuple(actual.shape), tuple(shape), call)
+        _fail(f"shape of {what}", tuple(actual.shape), tuple(shape), call, check="shape")
     return actual
 
 
@@ -82,7 +90,7 @@ def assert_dtype(actual, expected, what, call=None, *, why=None):
     actual = as_array(actual, what, call)
     expected = np.dtype(expected)
     if actual.dtype != expected:
-        _fail(f"dtype of {what}", actual.dtype.name, f"{expected.name} ({why})" if why else expected.name, call)
+        _fail(f"dtype of {what}", actual.dtype.name, f"{expected.name} ({why})" if why else expected.name, call, check="dtype")
     return actual
 
 
@@ -99,6 +107,7 @@ def assert_finite(actual, what, call=None):
             "finite",
             call,
             [f"  {int(bad.sum())} of {actual.size} elements are not finite"],
+            check="finite",
         )
     return actual
 
@@ -132,11 +141,11 @@ def assert_equal(actual, expected, what, call=None):
         return
     mismatched = ~(actual == expected)
     _fail(what, "different values", "exactly equal (bitwise, == per element)", call,
-          _mismatch_details(actual, expected, mismatched, "exact equality required"))
+          _mismatch_details(actual, expected, mismatched, "exact equality required"), check="exact")
 
 
-def assert_close(actual, expected, what, tol, call=None):
-    """|actual - expected| <= tol.atol + tol.rtol·|expected| elementwise (a Tolerance); NaN fails."""
+def assert_close(actual, expected, what, tol, call=None, **measured):
+    """|actual - expected| <= tol.atol + tol.rtol·|expected| elementwise (a Tolerance); NaN fails. `measured`: what the law adds."""
     __tracebackhide__ = True
     actual = as_array(actual, what, call)
     expected = _comparable(actual, expected, what, call)
@@ -145,7 +154,7 @@ def assert_close(actual, expected, what, tol, call=None):
     if ok.all():
         return
     _fail(what, "values out of tolerance", f"close to the expected values within {tol}", call,
-          _mismatch_details(a, e, ~ok, f"tolerance {tol}"))
+          _mismatch_details(a, e, ~ok, f"tolerance {tol}"), check="close", atol=float(tol.atol), rtol=float(tol.rtol), **measured)
 
 
 def assert_where(condition, actual, what, expected, call=None):
@@ -159,7 +168,7 @@ def assert_where(condition, actual, what, expected, call=None):
     first = int(np.flatnonzero(bad)[0])
     index = _index(first, actual.shape)
     _fail(_at(what, index), _fmt(actual.flat[first]), expected, call,
-          [f"  {int(bad.sum())} of {actual.size} elements violate it ({100 * bad.sum() / actual.size:.1f}%)"])
+          [f"  {int(bad.sum())} of {actual.size} elements violate it ({100 * bad.sum() / actual.size:.1f}%)"], check="condition")
 
 
 def assert_value(actual, expected, what, call=None):
@@ -167,7 +176,7 @@ def assert_value(actual, expected, what, call=None):
     __tracebackhide__ = True
     got = actual.item() if isinstance(actual, np.ndarray) and actual.ndim == 0 else actual
     if got != expected:
-        _fail(what, _fmt(got), _fmt(expected), call)
+        _fail(what, _fmt(got), _fmt(expected), call, check="value")
 
 
 def assert_form(actual, form, what, call=None):
@@ -180,16 +189,16 @@ def assert_form(actual, form, what, call=None):
                 return assert_form(actual, option, what)
             except InvariantViolation as exc:
                 problems.append(str(exc))
-        _fail(what, "none of its forms", "one of them", call, [f"  {p}" for p in problems])
+        _fail(what, "none of its forms", "one of them", call, [f"  {p}" for p in problems], check="form")
     if form == TEXT:
         if not isinstance(actual, str):
-            _fail(f"type of {what}", type(actual).__name__, "str", call)
+            _fail(f"type of {what}", type(actual).__name__, "str", call, check="type")
         return actual
     if form.shape is None and isinstance(actual, (bool, int, float, np.number, np.bool_)):  # a scalar as a Python or numpy number
         return actual
     actual = as_array(actual, what, call)
     if actual.dtype.kind not in form.kinds:
-        _fail(f"dtype of {what}", actual.dtype.name, "a float dtype" if form.kinds == FLOATS else "a real number dtype", call)
+        _fail(f"dtype of {what}", actual.dtype.name, "a float dtype" if form.kinds == FLOATS else "a real number dtype", call, check="dtype")
     if not form.fits_shape(actual.shape):
-        _fail(f"shape of {what}", tuple(actual.shape), "a scalar" if form.shape is None else form.shape_text(), call)
+        _fail(f"shape of {what}", tuple(actual.shape), "a scalar" if form.shape is None else form.shape_text(), call, check="shape")
     return actual

@@ -19,7 +19,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import declared, rounds_in_float32
+from invariants.conventions import declared
 from invariants.inputs import valid_inputs
 from invariants.llama import draw_one_layer_config, logits_against_reference, model_case, model_condition, named_sizes, sizes
 from invariants.protocol import ImplementationError, describe_call
@@ -72,7 +72,7 @@ def decode(impl, ids, params, config, chunks, call):
     except ImplementationError as exc:
         raise ImplementationError(
             f"llama_decode refused chunks={chunks.tolist()} at window={config.window} ({exc}): if it takes no such split, declare "
-            "MAX_DECODE_CHUNK or CHUNKS_WITHIN_WINDOW (docs/protocol.md); otherwise it crashed", original=exc.original) from None
+            "MAX_DECODE_CHUNK or CHUNKS_WITHIN_WINDOW (docs/protocol.md); otherwise it crashed", original=exc.original, refused=True) from None
     assert_value(len(answer) if isinstance(answer, tuple) else 1, 2, "number of arrays llama_decode returned (logits, cache)", call)
     logits = assert_shape(answer[0], (*ids.shape, config.vocab), "decoded logits", call)
     held = answer[1]
@@ -87,7 +87,6 @@ def decode(impl, ids, params, config, chunks, call):
     hint="a decode step puts its tokens at the wrong positions (from 0 in every chunk instead of from past_length, or the offset "
     "advanced twice), aligns its causal mask top-left over the cache, replaces the cache instead of extending it or rotates "
     "cached keys again; or a window cache drops keys a chunk's earlier queries still see, or shows them the chunk's later keys",
-    applies=rounds_in_float32,
 )
 def decode_matches_full_forward(impl, case):
     """Decoding in chunks split anywhere (a prefill, then one or more tokens at a time) gives the full forward's logits at every

@@ -22,6 +22,12 @@ What the likely-bug line says then depends on what the failures show, not only o
 float64 run, a sliding window in every failing example, a wrong shape or NaN where the hint names
 neither. Those rules were written before measuring them on bugs no hint was written for
 (tests/heldout_bugs.py: the figures are in docs/power.md).
+
+What a failure shows is read from its figures as data (invariants.runner.measured_of: the violation's check
+and tolerance, a refusal, the windows of its calls), never from its words, which may quote what a submission
+wrote; a clue a failure carries no figure for is not drawn. Only a record with no figures at all (None: the
+plugin's and the HTML report's suite records, written from the user's own code, until they carry them) is
+read from the suite's own phrases (measured_from_words), and that reading never raises.
 """
 
 from __future__ import annotations
@@ -78,8 +84,8 @@ REFUSED = "refused chunks="  # invariants.decoding's phrase for a decode split t
 RAISED = " raised "  # "<function> raised <Type>: ...": the implementation's own exception (invariants.boundary)
 FLOAT32_NOTE = "float32 rounding size"  # what a reference comparison adds when a float64 answer misses by that much
 FLOAT32_ROUNDING = 8 * float(np.finfo(np.float32).eps)  # 9.5e-7: a law with a larger tolerance that fails misses by more than float32 rounds
-TOLERANCE = re.compile(r"atol=([0-9.e+-]+) \+ rtol=([0-9.e+-]+)")
-WINDOW = re.compile(r"\bwindow=(\w+)")
+TOLERANCE = re.compile(r"atol=([0-9.e+-]+) \+ rtol=([0-9.e+-]+)")  # measured_from_words only
+WINDOW = re.compile(r"\bwindow=(\w+)")  # measured_from_words only
 SHOWS = {  # evidence -> a hint that names it (matches this) keeps its place in the likely-bug line
     "refused": re.compile(r"refus|declare", re.I), "raised": re.compile(r"raise|error", re.I),
     "shape": re.compile(r"shape|reshape|transpose|view", re.I), "non-finite": re.compile(r"NaN|inf\b|finite|overflow", re.I),
@@ -188,42 +194,62 @@ def leave_one_out_accuracy(signatures):
     return (1 - len(misses) / len(signatures) if signatures else 0.0), misses
 
 
+def _number(text):
+    """A float, or None for what does not read as one."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def measured_from_words(status, reason):
+    """The figures of a record that carries none (the suite's own, written from the user's code), from the suite's phrases; never raises.
+
+    The gate never calls it: its records carry their figures, and a submission's words are never read.
+    """
+    tolerance = TOLERANCE.search(reason)
+    bounds = [_number(found) for found in tolerance.groups()] if tolerance else []
+    check = ("shape" if reason.startswith("shape of ") else "finite" if NON_FINITE in reason else "exact" if "exactly equal" in reason
+             else "close" if bounds and None not in bounds else None)
+    return {"check": check, **(dict(zip(("atol", "rtol"), bounds, strict=True)) if check == "close" else {}),
+            "float32_sized": FLOAT32_NOTE in reason, "refused": REFUSED in reason, "raised": status == "error" and RAISED in reason,
+            "windows": [None if found == "None" else found for found in WINDOW.findall(reason)]}
+
+
 def non_finite_first(failures):
-    """Of (invariant, reason) pairs in registry order, the ones whose answer held NaN or inf: named once, first one first."""
-    return [(name, reason) for name, reason in failures if NON_FINITE in reason]
+    """Of (invariant, reason, figures) in registry order, the ones whose answer held NaN or inf: named once, first one first."""
+    return [(name, reason) for name, reason, measured in failures if measured.get("check") == "finite"]
 
 
 FAILING = ("failed", "error")  # the statuses that are evidence of a bug: a wrong answer, or none
 
 
-def shows(status, reason):
-    """What one failure shows besides its invariant: "refused", "raised", "shape", "non-finite", or None (a wrong value)."""
-    if REFUSED in reason:
+def shows(status, measured):
+    """What one failure shows besides its invariant, from its figures: "refused", "raised", "shape", "non-finite", or None (a wrong value)."""
+    if measured.get("refused"):
         return "refused"
-    if status == "error" and RAISED in reason:
+    if status == "error" and measured.get("raised"):
         return "raised"
-    if reason.startswith("shape of "):
-        return "shape"
-    return "non-finite" if NON_FINITE in reason else None
+    return {"shape": "shape", "finite": "non-finite"}.get(measured.get("check"))
 
 
-def _within_float32_rounding(reason):
-    """Whether a failure could be float32 rounding: it says so, it asked for bitwise equality, or its tolerance is below float32's."""
-    tolerance = TOLERANCE.search(reason)
-    return (FLOAT32_NOTE in reason or "exactly equal" in reason
-            or bool(tolerance) and max(float(tolerance[1]), float(tolerance[2])) <= FLOAT32_ROUNDING)
+def _within_float32_rounding(measured):
+    """Whether a failure could be float32 rounding: it measured so, it asked for bitwise equality, or its tolerance is below float32's."""
+    bounds = [measured.get("atol"), measured.get("rtol")]
+    return (bool(measured.get("float32_sized")) or measured.get("check") == "exact"
+            or measured.get("check") == "close" and None not in bounds and max(bounds) <= FLOAT32_ROUNDING)
 
 
 def float32_sized(failures):
-    """Whether a float64 run's failures are float32 rounding: one says its error is of that size, and none is too large for it."""
-    return any(FLOAT32_NOTE in reason for _, _, reason in failures) and all(
-        status == "failed" and _within_float32_rounding(reason) for _, status, reason in failures)
+    """Whether a float64 run's failures are float32 rounding: one measured its error of that size, and none is too large for it."""
+    return any(measured.get("float32_sized") for _, _, _, measured in failures) and all(
+        status == "failed" and _within_float32_rounding(measured) for _, status, _, measured in failures)
 
 
 def windows_needed(failures):
-    """The windows of the failing examples when every one that takes a window has one (at least two of them), else ()."""
-    windows = [found for _, _, reason in failures for found in WINDOW.findall(reason)]
-    return tuple(dict.fromkeys(windows)) if len(windows) >= 2 and "None" not in windows else ()
+    """The windows of the failing examples' calls when every call that takes a window has one (at least two of them), else ()."""
+    windows = [window for _, _, _, measured in failures for window in measured.get("windows", ())]
+    return tuple(dict.fromkeys(map(str, windows))) if len(windows) >= 2 and None not in windows else ()
 
 
 def said(ranked, failures, hints):
@@ -234,17 +260,17 @@ def said(ranked, failures, hints):
     about windows, else that observation); the top's own answer of the wrong shape or non-finite where its hint is about
     neither (a candidate with that evidence whose hint names it, else the evidence).
     """
-    hint = {name: "" if _compares_with_reference(name) else hints.get(name, "") for name, _, _ in failures}  # a list of conventions names none
-    evidence = {name: shows(status, reason) for name, status, reason in failures}
-    reasons = {name: reason for name, _, reason in failures}
+    hint = {name: "" if _compares_with_reference(name) else hints.get(name, "") for name, _, _, _ in failures}  # a list of conventions names none
+    evidence = {name: shows(status, measured) for name, status, _, measured in failures}
+    reasons = {name: reason for name, _, reason, _ in failures}
     top = ranked[0].invariant
     if evidence[top] in ("refused", "raised") and not SHOWS[evidence[top]].search(hint[top]):
-        refused = next((name for name, _, _ in failures if evidence[name] == "refused"), None)
+        refused = next((name for name, _, _, _ in failures if evidence[name] == "refused"), None)
         if refused:
             return refused, f"it refused an input instead of answering: {reasons[refused]}"
         return top, f"it raised instead of answering ({reasons[top]}); {hints.get(top, '')}"
     if float32_sized(failures):
-        first = next(name for name, _, reason in failures if FLOAT32_NOTE in reason)
+        first = next(name for name, _, _, measured in failures if measured.get("float32_sized"))
         return first, ("every error is of float32 rounding size in a float64 run: the code computes in float32, which code that "
                        "does so by design declares (COMPUTE_DTYPE = 'float32'); no law is broken by more")
     candidates = [d.invariant for d in ranked]
@@ -270,21 +296,24 @@ def sound_parts(component, failed, held):
 
 
 def likely_bugs(outcomes):
-    """The likely bug, as lines to show (evidence indented below it), from (invariant, status, reason) triples; [] when nothing failed.
+    """The likely bug, as lines to show (evidence indented below it), from (invariant, status, reason[, figures]); [] when nothing failed.
 
-    NaN or inf in the answers is named once, first; what the line says follows the failures' reasons (`said`).
-    Only the invariants given are read: leave out what a reader must not see.
+    The figures (a dict: invariants.runner.measured_of) are what the clues are read from; the reason is only quoted. Without
+    them (a triple, or None) the suite's own phrases are read instead (measured_from_words). NaN or inf in the answers is named
+    once, first; what the line says follows what the failures show (`said`). Only the invariants given are read: leave out what
+    a reader must not see.
     """
-    outcomes = list(outcomes)  # read twice: a generator (the gate's) once
+    outcomes = [(name, status, reason, measured_from_words(status, reason) if measured is None else measured)
+                for name, status, reason, measured in (tuple(o) + (None,) * (4 - len(o)) for o in outcomes)]  # a generator (the gate's) too
     hints = {inv.name: inv.hint for inv in all_invariants()}  # in registry order: root components first
     order = {name: i for i, name in enumerate(hints)}
-    failures = sorted(((name, status, reason) for name, status, reason in outcomes if status in FAILING), key=lambda f: order.get(f[0], len(order)))
+    failures = sorted((o for o in outcomes if o[1] in FAILING), key=lambda f: order.get(f[0], len(order)))
     if not failures:
         return []
-    failed = {name for name, _, _ in failures}
-    held = {name for name, status, _ in outcomes if status == "passed"}
+    failed = {name for name, _, _, _ in failures}
+    held = {name for name, status, _, _ in outcomes if status == "passed"}
     lines = []
-    non_finite = non_finite_first([(name, reason) for name, _, reason in failures])
+    non_finite = non_finite_first([(name, reason, measured) for name, _, reason, measured in failures])
     if non_finite:
         first, reason = non_finite[0]
         lines.append(f"non-finite answers (NaN or inf) in {len(non_finite)} failure(s), first in {first}: {reason}")

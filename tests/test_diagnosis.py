@@ -109,7 +109,8 @@ def test_likely_bugs_leads_with_the_bug_and_reads_only_the_outcomes_given():
 
 
 def test_non_finite_answers_are_named_once_in_order():
-    failures = [("norms.a", "x[0]=nan, but should be finite [f]"), ("block.b", "y=1, but should be 2"), ("model.c", "z[1]=inf, but should be finite")]
+    failures = [("norms.a", "x[0]=nan [f]", {"check": "finite"}), ("block.b", "y=1", {"check": "value"}),
+                ("model.c", "z[1]=inf", {"check": "finite"})]
     assert [name for name, _ in non_finite_first(failures)] == ["norms.a", "model.c"]
 
 

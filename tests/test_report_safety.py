@@ -7,8 +7,11 @@ was graded. One graded run of a submission built to break each format
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import csv
 import dataclasses
+import io
 import json
 import re
 import shutil
@@ -161,10 +164,131 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_report(graded,
 
 def test_a_result_that_is_not_gradable_reports_no_score(graded):
     result = copy.deepcopy(graded[0])
-    result.verdict, result.reason, result.score = NOT_GRADABLE, "the submission does not provide attention, needed by 1 required invariant(s)", 1
+    result.verdict, result.reason = NOT_GRADABLE, "the submission does not provide attention, needed by 1 required invariant(s)"
+    assert result.score is None, "GradeResult.score: none without a grade, whatever ran"
     assert "no score" in headline(result) and "1/2" not in headline(result), headline(result)
     assert "no score" in to_terminal(result).splitlines()[-1]
     assert to_markdown(result).splitlines()[0].endswith("not gradable — no score")
     assert json.loads(to_gradescope(result))["score"] == 0
     names = [p.get("name") for p in ET.fromstring(to_junit(result)).iter("property")]
     assert "score" not in names and "max_score" in names, names
+
+
+# -- a batch with answers built to be read as the gate's words, formulas, math and mentions (issue 34 §5) ---------------------
+
+COURSE_TEXT = FIXTURES / "assignments" / "course_text.toml"
+HONEST_TOKENIZER = '''import numpy as np
+BACKEND = "numpy"
+def build_vocab(text):
+    return "".join(sorted(set(text)))
+def encode(text, vocab):
+    return np.array([vocab.index(ch) for ch in text], dtype=np.int64)
+def decode(ids, vocab):
+    return "".join(vocab[int(i)] for i in ids)
+'''
+FORMULA_NAME = "=SUM(1+1) @course-staff $x$.py"  # sorts between the two honest ones: graded second of three
+REPORT_BYTES = 256 << 10  # what one report may weigh, whatever a submission answers or prints (its answer is 4 MB)
+FORMULA_START = re.compile(r"^[ ]*[=+\-@\t\r\n\uff1d\uff0b\uff0d\uff20]")
+
+
+def _batch_of_three(root):
+    """A batch of an honest tokenizer, hostile_answers.py under FORMULA_NAME, and another honest one: (exit code, reports, what it printed)."""
+    from invariants.gate.cli import main
+
+    folder = root / "submissions"
+    folder.mkdir()
+    (folder / "0_first.py").write_text(HONEST_TOKENIZER)
+    shutil.copy(FIXTURES / "hostile" / "hostile_answers.py", folder / FORMULA_NAME)
+    (folder / "z_last.py").write_text(HONEST_TOKENIZER)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["--batch", str(folder), "-a", str(COURSE_TEXT), "-o", str(root / "reports"), "--seed", "1"])
+    return code, root / "reports", printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """The batch of three, graded once."""
+    return _batch_of_three(tmp_path_factory.mktemp("batch"))
+
+
+def _report_folders(reports):
+    return sorted(p for p in reports.iterdir() if p.is_dir())
+
+
+def test_answers_written_as_the_gates_words_stop_no_grading_and_no_report(batch):
+    """`atol=1.2.3` and "float32 rounding size" in an answer: the diagnosis reads figures, not words; every student gets every report."""
+    code, reports, _ = batch
+    folders = _report_folders(reports)
+    assert [p.name for p in folders] == ["0_first", "_SUM_1_1___course-staff__x_", "z_last"], folders
+    for folder in folders:
+        assert {"report.json", "junit.xml", "results.json", "summary.md"} <= {p.name for p in folder.iterdir()}, folder
+    verdicts = [json.loads((f / "report.json").read_text(encoding="utf-8"))["verdict"] for f in folders]
+    assert verdicts == ["passed", "failed", "passed"] and code == 0, verdicts
+    said = json.loads((folders[1] / "results.json").read_text(encoding="utf-8"))["output"]
+    assert said.startswith("likely bug: course.vocabulary_is_sorted_characters") and "float32 rounding size in a float64 run" not in said
+    assert len((reports / "class-summary.csv").read_text(encoding="utf-8").splitlines()) == 4
+
+
+def test_no_class_summary_cell_is_a_spreadsheet_formula(batch):
+    _, reports, _ = batch
+    for name in ("class-summary.csv", "pass-rates.csv", "similar-pairs.csv"):
+        rows = list(csv.reader(io.StringIO((reports / name).read_text(encoding="utf-8"))))
+        formulas = [cell for row in rows for cell in row if FORMULA_START.match(cell)]
+        assert not formulas, (name, formulas)
+    assert "'=SUM(1+1) @course-staff $x$.py" in (reports / "class-summary.csv").read_text(encoding="utf-8")
+
+
+def _prose(markdown):
+    """The Markdown outside fenced blocks and code spans: what GitHub renders as math, mentions and links."""
+    return "\n".join(re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line) for line in _outside_fences(markdown))
+
+
+def test_markdown_renders_no_math_and_mentions_no_one(batch):
+    _, reports, _ = batch
+    for path in [reports / "class-summary.md", *(f / "summary.md" for f in _report_folders(reports))]:
+        prose = _prose(path.read_text(encoding="utf-8"))
+        assert "$" not in prose, (path, prose[prose.index("$") - 80: prose.index("$") + 20])
+        assert not re.search(r"@(?!&#8288;)", prose), (path, re.findall(r".{40}@(?!&#8288;).{20}", prose)[:3])
+    assert "@&#8288;course-staff" in (reports / "class-summary.md").read_text(encoding="utf-8")
+
+
+def test_every_report_of_a_4_mb_answer_is_bounded_and_says_what_was_cut(batch):
+    _, reports, printed = batch
+    sizes = {str(p.relative_to(reports)): p.stat().st_size for p in reports.rglob("*") if p.is_file()}
+    assert max(sizes.values()) < REPORT_BYTES, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    assert len(printed.encode()) < REPORT_BYTES
+    hostile = json.loads((_report_folders(reports)[1] / "report.json").read_text(encoding="utf-8"))
+    assert "characters cut ...]" in hostile["invariants"][0]["reason"], hostile["invariants"][0]["reason"][:300]
+
+
+def test_a_report_writer_that_fails_is_one_students_gate_error_and_the_batch_goes_on(tmp_path, monkeypatch):
+    """A writer's fault (here results.json's, on the second submission) is that submission's gate error, in its report.json and its
+    batch line; its other reports are written; the third submission is graded and the class summary written."""
+    from invariants.gate import reports as R
+
+    writer = R.to_gradescope
+
+    def failing(result, **kwargs):
+        if "SUM" in result.submission["source"]:
+            raise ValueError("could not convert string to float: '1.2.3'")
+        return writer(result, **kwargs)
+
+    monkeypatch.setattr(R, "to_gradescope", failing)
+    code, reports, printed = _batch_of_three(tmp_path)
+    folders = _report_folders(reports)
+    records = [json.loads((f / "report.json").read_text(encoding="utf-8")) for f in folders]
+    assert [r["verdict"] for r in records] == ["passed", "gate_error", "passed"] and code == 4, [r["reason"] for r in records]
+    assert records[1]["reason"].startswith("the gate failed writing results.json: ValueError") and "before that, failed" in records[1]["reason"]
+    assert {"junit.xml", "summary.md"} <= {p.name for p in folders[1].iterdir()} and not (folders[1] / "results.json").exists()
+    assert all((f / "results.json").exists() for f in (folders[0], folders[2]))
+    assert (reports / "class-summary.csv").exists() and "gate_error" in printed
+
+
+def test_one_quoted_value_is_capped_with_what_was_cut():
+    from invariants.gate.text import QUOTED_CHARS, quoted
+
+    text = "head" + "x" * (4 << 20) + "tail"
+    capped = quoted(text)
+    assert capped.startswith("head") and capped.endswith("tail") and f"[... {len(text) - QUOTED_CHARS} characters cut ...]" in capped
+    assert len(capped) < QUOTED_CHARS + 50 and quoted("short") == "short"

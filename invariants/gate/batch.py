@@ -27,7 +27,7 @@ from pathlib import Path
 
 from invariants.gate import result as R
 from invariants.gate import similarity
-from invariants.gate.text import neutralise
+from invariants.gate.text import csv_cell, neutralise, one_line, quoted
 
 _STATE = {}
 MANIFEST = re.compile(r"^shard-(\d+)-of-(\d+)\.json$")
@@ -82,11 +82,32 @@ def in_shard(index, shard):
 
 
 def _grade_one(job):
-    """In a pool process: grade one submission, write its reports, return its summary row."""
+    """In a pool process: grade one submission, write its reports, return its summary row; a gate error's row if any of that fails."""
     from invariants.gate.cli import grade_and_report
 
     path, out_dir, options = job
-    result, _ = grade_and_report(path, out_dir, options, state=_STATE)
+    try:
+        result, _ = grade_and_report(path, out_dir, options, state=_STATE)
+        return row_from_report(Path(out_dir), report=result.as_dict())
+    except Exception as exc:  # noqa: BLE001 - the gate's fault on one submission is that submission's gate error: the batch goes on
+        return gate_error_row(job, exc)
+
+
+def gate_error_row(job, exc):
+    """The row of a submission the gate failed on outside grade() (a report, a pool process lost), and its report.json saying so."""
+    from invariants.gate.cli import load
+    from invariants.gate.reports import to_json
+
+    path, out_dir, options = job
+    result = R.GradeResult(assignment={"name": "?", "sha256": ""}, submission={"source": path}, verdict=R.GATE_ERROR,
+                           reason=f"the gate failed: {type(exc).__name__}: {one_line(quoted(str(exc)))}")
+    try:
+        assignment = load(options, _STATE)
+        result.assignment, result.max_score = {"name": assignment.name, "sha256": assignment.sha256}, sum(s.points for s in assignment.selected)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "report.json").write_text(to_json(result), encoding="utf-8")
+    except Exception:  # noqa: BLE001 - the row alone says it, in the class summary
+        pass
     return row_from_report(Path(out_dir), report=result.as_dict())
 
 
@@ -109,7 +130,7 @@ def grade_folder(paths, out_dir, options, *, jobs=1, shard=None, progress=None):
         futures = [pool.submit(_grade_one, job) for job in work]
         for done, _ in enumerate(as_completed(futures), 1):
             tick(done, len(work))
-        return [f.result() for f in futures]
+        return [gate_error_row(job, f.exception()) if f.exception() else f.result() for job, f in zip(work, futures, strict=True)]
 
 
 def write_manifest(out_dir, shard, rows, cohort):
@@ -127,14 +148,33 @@ def row_from_report(folder, report=None):
     folder = Path(folder)
     report = report if report is not None else json.loads((folder / "report.json").read_text(encoding="utf-8"))
     reference = (report.get("similarity") or {}).get("reference") or {}
+    seed = report.get("seed") or {}  # which course secret graded it: a merge notes shards seeded from different ones
     return {
         "submission": Path(report["submission"]["source"]).name, "report": folder.name, "path": str(folder),
         "verdict": report["verdict"], "score": report["score"], "max_score": report["max_score"], "seconds": report.get("seconds", 0),
         "reason": report["reason"], "assignment": report["assignment"].get("name", ""),
         "assignment_sha256": report["assignment"].get("sha256", ""), "similarity": reference.get("score"),
         "flag_above": (report.get("similarity") or {}).get("flag_above", 0.5),
+        "bitwise": report.get("bitwise") or {},  # answers that round like the reference (invariants.gate.bitwise)
         "statuses": {inv["name"]: inv["status"] for inv in report["invariants"]},
+        "secret": f"secret {seed['secret_fingerprint']}" if seed.get("secret_fingerprint") else f"no course secret ({seed.get('mode', 'no seed')})",
     }
+
+
+def secret_notice(rows):
+    """A line when the rows were not all seeded from one course secret (shards given different secrets, or none); else None."""
+    graded = [r for r in rows if r["verdict"] in R.GRADED]
+    secrets = sorted({r["secret"] for r in graded})
+    if len(secrets) <= 1:
+        return None
+    counts = ", ".join(f"{sum(r['secret'] == s for r in graded)} from {s}" for s in secrets)
+    return (f"the grades were seeded from {len(secrets)} different sources ({counts}): give every shard the same course secret "
+            "(a CI secret passed as GATE_SECRET or --secret-env) so that each submission's seed can be reproduced")
+
+
+def points(row):
+    """A row's score out of its maximum, "41/53", as its report.json gives it (GradeResult.score); "no score" where the verdict carries none."""
+    return "no score" if row["score"] is None else f"{row['score']:g}/{row['max_score']:g}"
 
 
 def find_reports(folders):
@@ -245,33 +285,43 @@ def summary_csv(rows):
     names = [n for n, _, _ in pass_rates(rows)]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "verdict", "score", "max_score", "seconds", "similarity_to_reference", "reason", *names])
-    for row in rows:
-        writer.writerow([row["submission"], row["verdict"], f"{row['score']:g}", f"{row['max_score']:g}", f"{row['seconds']:g}",
-                         _share(row["similarity"]), row["reason"], *(row["statuses"].get(n, "") for n in names)])
+    writer.writerow(map(csv_cell, ["submission", "verdict", "score", "max_score", "seconds", "similarity_to_reference", "bitwise_share",
+                                   "bitwise_calls", "bitwise_flag", "reason", *names]))
+    for row in rows:  # no score: an empty cell
+        score = "" if row["score"] is None else f"{row['score']:g}"
+        writer.writerow(map(csv_cell, [row["submission"], row["verdict"], score, f"{row['max_score']:g}", f"{row['seconds']:g}",
+                         _share(row["similarity"]), _share(row["bitwise"].get("share")), row["bitwise"].get("discriminating", ""),
+                         "yes" if row["bitwise"].get("flag") else "", row["reason"], *(row["statuses"].get(n, "") for n in names)]))
     return neutralise(buffer.getvalue())
 
 
 def pass_rates_csv(rows):
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["invariant", "passed", "graded", "pass_rate"])
+    writer.writerow(map(csv_cell, ["invariant", "passed", "graded", "pass_rate"]))
     for name, passed, graded in pass_rates(rows):
-        writer.writerow([name, passed, graded, f"{passed / graded:.3f}" if graded else ""])
+        writer.writerow(map(csv_cell, [name, passed, graded, f"{passed / graded:.3f}" if graded else ""]))
     return buffer.getvalue()
 
 
 def pairs_csv(pairs):
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["a", "b", "share_of_a", "share_of_b", "spans"])
+    writer.writerow(map(csv_cell, ["a", "b", "share_of_a", "share_of_b", "spans"]))
     for p in pairs:
-        writer.writerow([p["a"], p["b"], f"{p['a_share']:.3f}", f"{p['b_share']:.3f}", _spans(p, 20)])
+        writer.writerow(map(csv_cell, [p["a"], p["b"], f"{p['a_share']:.3f}", f"{p['b_share']:.3f}", _spans(p, 20)]))
     return neutralise(buffer.getvalue())
 
 
 def _percent(share):
     return "" if share is None else f"{100 * share:.0f}%"
+
+
+def _rounds_like(bitwise):
+    """'100% of 80 calls, flagged': the share of the discriminating calls answered to the bit as the reference does."""
+    if not bitwise.get("discriminating"):
+        return ""
+    return f"{_percent(bitwise['share'])} of {bitwise['discriminating']} calls" + (", flagged" if bitwise.get("flag") else "")
 
 
 def _spans(pair, limit):
@@ -299,10 +349,14 @@ def summary_markdown(rows, assignment_name, pairs=(), base=None):
 
     lines = [f"## Class summary: {_cell(assignment_name)}", "",
              f"{len(rows)} submissions: " + ", ".join(f"{n} {VERDICT_WORDS[v]}" for v, n in counts.items() if n) + ". "
-             f"Grading time: {timing(rows)}.", "",
-             "| Submission | Verdict | Score | Similar to the reference | Reason |", "|---|---|---|---|---|"]
-    lines += [f"| {link(r)} | {VERDICT_WORDS[r['verdict']]} | {r['score']:g} / {r['max_score']:g} | {_percent(r['similarity'])} | "
+             f"Grading time: {timing(rows)}.", "", *([f"**Note:** {secret_notice(rows)}.", ""] if secret_notice(rows) else []),
+             "| Submission | Verdict | Score | Similar to the reference | Rounds like the reference | Reason |", "|---|---|---|---|---|---|"]
+    lines += [f"| {link(r)} | {VERDICT_WORDS[r['verdict']]} | {points(r)} | {_percent(r['similarity'])} | {_rounds_like(r['bitwise'])} | "
               f"{_cell(r['reason'])} |" for r in rows]
+    if any(r["bitwise"].get("flag") for r in rows):
+        lines += ["", "*Rounds like the reference*: of the calls where equally correct code can round otherwise, the share answered to the bit "
+                  "as the reference does (invariants/gate/bitwise.py). Copies of the reference, however disguised, answer 100%; so does "
+                  "numpy code written the textbook way. A reason to read the code, not a verdict."]
     lines += ["", "### Pass rate of each invariant", "", "| Invariant | Passed | Rate |", "|---|---|---|"]
     for name, passed, graded in sorted(pass_rates(rows), key=lambda t: (t[1] / t[2] if t[2] else 0, t[0])):
         lines.append(f"| `{name}` | {passed} / {graded} | {100 * passed / graded:.0f}% |" if graded else f"| `{name}` | 0 / 0 | |")

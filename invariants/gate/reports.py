@@ -4,8 +4,9 @@ The JSON report is the staff's full record. The others are what students may see
 invariants appear there by count only, and wherever their names would be quoted (a verdict's
 reason) as hidden.N, numbered as in junit.xml (Gradescope, which enforces visibility itself,
 gets their tests with their visibility), unless show_hidden is set. The student's reports
-lead with the likely bug (invariants.diagnosis.likely_bugs), read from the shown invariants only.
-A submission that is not gradable (or met a gate error) gets no score in them.
+lead with the likely bug of a failed verdict (invariants.diagnosis.likely_bugs), read from the shown invariants
+whose answers failed them (what a lost worker ended is no evidence); any other verdict leads with its reason.
+Every report reads the one score, GradeResult.score: none for a submission that is not gradable or met a gate error.
 
 Submission text is escaped for the format it lands in (invariants.gate.text): printable() on a terminal,
 xml_text() in XML, md_cell()/md_code()/_fenced() in Markdown, and neutralise() over each file.
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from invariants.diagnosis import likely_bugs
 from invariants.gate import result as R
 from invariants.gate.text import md_cell as _cell
-from invariants.gate.text import md_code, neutralise, neutralise_tree, printable, xml_text
+from invariants.gate.text import md_code, neutralise, neutralise_tree, one_line, printable, quoted, xml_text
 from invariants.repro import repro_stem, save_repro
 
 FILES = {"json": "report.json", "junit": "junit.xml", "gradescope": "results.json", "markdown": "summary.md"}
@@ -45,13 +47,10 @@ def _points(x):
     return f"{x:g}"
 
 
-def graded(result):
-    """Whether the result carries a score: not when the submission was not gradable or the gate failed."""
-    return result.verdict in (R.PASSED, R.FAILED)
-
-
 def _score_text(result):
-    return f"score {_points(result.score)}/{_points(result.max_score)}" if graded(result) else "no score: nothing is graded until this is fixed"
+    if result.score is None:
+        return "no score: nothing is graded until this is fixed"
+    return f"score {_points(result.score)}/{_points(result.max_score)}"
 
 
 def hide_names(result, show_hidden):
@@ -70,9 +69,17 @@ def headline(result, *, show_hidden=False):
                                                            f"{result.reason}; {_score_text(result)}".split())))
 
 
+def leads_with_reason(result):
+    """Whether a report opens with the verdict's reason: every verdict but "failed", whose likely bug leads instead."""
+    return result.verdict != R.FAILED
+
+
 def diagnosis(result, *, show_hidden=False):
-    """The likely bug (invariants.diagnosis.likely_bugs) from the invariants shown: a hidden one is no evidence a student may see."""
-    return likely_bugs((i.name, i.status, i.reason) for i in _shown(result, show_hidden)[0])
+    """A failed verdict's likely bug (invariants.diagnosis.likely_bugs) from the invariants shown (a hidden one is no evidence a student
+    may see), less those a lost worker ended (a crash, a hang: no evidence of a bug); none for another verdict, which its reason explains."""
+    if leads_with_reason(result):
+        return []
+    return likely_bugs((i.name, i.status, i.reason, i.measured) for i in _shown(result, show_hidden)[0] if not i.lost)
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -88,9 +95,9 @@ def to_json(result):
 def to_junit(result, *, show_hidden=False):
     """failure = a wrong answer; error = could not be evaluated (raised, crashed, missing, skipped, not run)."""
     shown, hidden = _shown(result, show_hidden)
-    cases = []
-    if result.verdict == R.NOT_GRADABLE and not any(i.status == "missing" for i in result.invariants):
-        cases.append(("gate", "gate.submission_loads", "error", result.reason, result.reason, 0.0))
+    cases = []  # a result without a score leads with its verdict's reason
+    if result.verdict == R.NOT_GRADABLE:
+        cases.append(("gate", "gate.submission_is_gradable", "error", result.reason, result.reason, 0.0))
     if result.verdict == R.GATE_ERROR:
         cases.append(("gate", "gate.gate_error", "error", result.reason, result.output.get("gate_traceback", result.reason), 0.0))
     for inv in shown:
@@ -107,7 +114,7 @@ def to_junit(result, *, show_hidden=False):
                           errors=str(sum(c[2] == "error" for c in cases)), skipped="0", time=f"{result.seconds:.2f}",
                           timestamp=result.started_at)
     props = ET.SubElement(suite, "properties")
-    score = [("score", _points(result.score))] if graded(result) else []
+    score = [("score", _points(result.score))] if result.score is not None else []
     for key, value in (("verdict", result.verdict), *score, ("max_score", _points(result.max_score)),
                        ("submission_sha256", result.submission.get("sha256", "")), ("seed", json.dumps(result.seed))):
         ET.SubElement(props, "property", name=key, value=str(value))
@@ -138,22 +145,24 @@ def _evidence_text(result):
 
 
 def to_gradescope(result, *, show_hidden=False):
-    """Gradescope's results.json: score (0 when not graded), max_score, execution_time, output (the likely bug first), tests[]."""
+    """Gradescope's results.json: score (0 when not graded, and every test's), max_score, execution_time, output (the likely bug
+    or the verdict's reason first), tests[] (a result without a score leads with its reason)."""
     public = hide_names(result, show_hidden)
     tests = []
-    if result.verdict in (R.NOT_GRADABLE, R.GATE_ERROR) and not any(i.status == "missing" for i in result.invariants):
+    if result.score is None:
         tests.append({"name": "The submission can be graded", "score": 0, "max_score": 0, "status": "failed",
                       "output": public(result.reason), "visibility": "visible"})
     for inv in result.invariants:
         output = f"{inv.statement}\n\n{inv.details or inv.reason}" if not inv.passed else f"{inv.statement}\n\n{inv.reason}"
-        tests.append({"name": inv.name, "score": inv.score, "max_score": inv.max_score, "status": "passed" if inv.passed else "failed",
+        tests.append({"name": inv.name, "score": inv.score if result.score is not None else 0, "max_score": inv.max_score,
+                      "status": "passed" if inv.passed else "failed",
                       "output": printable(public(output) if inv.visibility == "visible" else output), "visibility": inv.visibility})
     evidence = [e for e in result.evidence if e["kind"] in REVIEW]
     if evidence:
         tests.append({"name": "Forbidden APIs, the course's code and copied code (for review)", "score": 0, "max_score": 0,
                       "status": "failed", "output": _evidence_text(result), "visibility": "visible"})
     return json.dumps(neutralise_tree({
-        "score": result.score if graded(result) else 0, "max_score": result.max_score, "execution_time": round(result.seconds),
+        "score": result.score if result.score is not None else 0, "max_score": result.max_score, "execution_time": round(result.seconds),
         "output": "\n".join([*map(printable, diagnosis(result, show_hidden=show_hidden)), headline(result, show_hidden=show_hidden)]),
         "output_format": "text", "test_output_format": "text", "test_name_format": "text",  # shown as written: no HTML or Markdown
         "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
@@ -187,18 +196,18 @@ def to_markdown(result, *, show_hidden=False):
     public = hide_names(result, show_hidden)
     sub = result.submission
     mark = {R.PASSED: "✅", R.FAILED: "❌", R.NOT_GRADABLE: "⛔", R.GATE_ERROR: "🛠️"}[result.verdict]
-    points = f"{_points(result.score)} / {_points(result.max_score)} points" if graded(result) else "no score"
+    points = f"{_points(result.score)} / {_points(result.max_score)} points" if result.score is not None else "no score"
+    reason = [f"> {_cell(public(result.reason))}", "",
+              *([] if result.score is not None else ["No score: nothing is graded until this is fixed (report.json keeps what ran).", ""])]
     lines = [
         f"## {mark} {_cell(result.assignment['name'])}: {VERDICT_WORDS[result.verdict]} — {points}",
         "",
-        *_markdown_diagnosis(diagnosis(result, show_hidden=show_hidden)),
+        *(reason if leads_with_reason(result) else _markdown_diagnosis(diagnosis(result, show_hidden=show_hidden))),
         f"Submission {md_code(Path(sub['source']).name)} (sha256 {sub.get('sha256', '?')[:12]}), backend {_cell(sub.get('backend') or '?')}, "
         f"{result.assignment['dtype']} on {result.assignment['device']}, hypothesis profile {result.assignment['profile']}, "
         f"seed {_seed_text(result.seed)}.",
         "",
-        f"> {_cell(public(result.reason))}",
-        "",
-        *([] if graded(result) else ["No score: nothing is graded until this is fixed (report.json keeps what ran).", ""]),
+        *([] if leads_with_reason(result) else reason),
     ]
     if shown:
         lines += ["| | Invariant | Points | Result |", "|---|---|---|---|"]
@@ -206,8 +215,7 @@ def to_markdown(result, *, show_hidden=False):
         lines.append("")
     if hidden:
         ok = sum(i.passed for i in hidden)
-        lines += [f"Hidden invariants: {ok} of {len(hidden)} passed ({_points(sum(i.score for i in hidden))} / "
-                  f"{_points(sum(i.max_score for i in hidden))} points).", ""]
+        lines += [f"Hidden invariants: {ok} of {len(hidden)} passed.", ""]
     failures = [i for i in shown if not i.passed and i.details]
     if failures:
         lines += ["### What went wrong", ""]
@@ -261,11 +269,10 @@ def _similarity_text(result):
 
 
 def _seed_text(seed):
-    if seed.get("mode") == "secret":
-        return f"{seed['value']} (from the course secret {seed['secret_fingerprint']})"
-    if seed.get("mode") == "fixed":
-        return str(seed["value"])
-    return "derandomized"
+    """The seed and what it rests on: the course secret (a grade), --seed (a reproduction) or a fresh draw (a preview)."""
+    words = {"secret": f"from the course secret {seed.get('secret_fingerprint')}", "fixed": "fixed with --seed: a reproduction",
+             "random": "drawn for this preview: no course secret"}
+    return f"{seed['value']} ({words[seed['mode']]})" if seed.get("mode") in words else "none (not graded)"
 
 
 # -- terminal ------------------------------------------------------------------------------------
@@ -274,7 +281,8 @@ def _seed_text(seed):
 def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30):
     shown, hidden = _shown(result, show_hidden)
     lines = [f"invariants-gate: {result.assignment['name']} — {Path(result.submission['source']).name}"]
-    lines += [f"  {line}" for line in diagnosis(result, show_hidden=show_hidden)]
+    lead = [headline(result, show_hidden=show_hidden)] if leads_with_reason(result) else diagnosis(result, show_hidden=show_hidden)
+    lines += [f"  {line}" for line in lead]
     width = max((len(i.name) for i in shown), default=10)
     for inv in shown:
         reason = inv.reason if len(inv.reason) <= 100 else inv.reason[:99] + "…"
@@ -301,16 +309,45 @@ def to_terminal(result, *, show_hidden=False, details=True, max_detail_lines=30)
     return printable(hide_names(result, show_hidden)("\n".join(lines)) + "\n")
 
 
+def report_failed(result, what, exc):
+    """Make `result` a gate error because the gate could not write `what` (a report); the verdict it had stays in the reason."""
+    before = f"{VERDICT_WORDS[result.verdict]}: {result.reason}"
+    result.verdict = R.GATE_ERROR
+    result.reason = f"the gate failed writing {what}: {type(exc).__name__}: {one_line(quoted(str(exc)))} (before that, {before})"
+    result.output["gate_traceback"] = "".join(traceback.format_exception(exc))[-4000:]
+
+
+def _rendered(result, writers):
+    """({format: text}, {format: the exception}) of each writer run on its own: one that fails stops none of the others."""
+    texts, faults = {}, {}
+    for fmt, writer in writers.items():
+        try:
+            texts[fmt] = writer(result)
+        except Exception as exc:  # noqa: BLE001 - a writer's fault is this submission's gate error, never the end of a batch
+            faults[fmt] = exc
+    return texts, faults
+
+
 def write_reports(result, out_dir, formats=tuple(FILES), *, show_hidden=False):
-    """Write the chosen formats into out_dir; the list of paths written."""
+    """Write the chosen formats into out_dir; the list of paths written.
+
+    A writer that fails makes the result a gate error for this submission alone (report_failed: report.json says which
+    writer and why), and every format is written again from that verdict; one that fails again is left unwritten.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     writers = {"json": to_json, "junit": lambda r: to_junit(r, show_hidden=show_hidden),
                "gradescope": lambda r: to_gradescope(r, show_hidden=show_hidden), "markdown": lambda r: to_markdown(r, show_hidden=show_hidden)}
+    writers = {fmt: writers[fmt] for fmt in formats}
+    texts, faults = _rendered(result, writers)
+    if faults:
+        fmt, exc = next(iter(faults.items()))
+        report_failed(result, FILES[fmt], exc)
+        texts, _ = _rendered(result, writers)
     written = []
-    for fmt in formats:
+    for fmt, text in texts.items():
         path = out / FILES[fmt]
-        path.write_text(writers[fmt](result), encoding="utf-8", errors="backslashreplace")  # a lone surrogate (a file name's bytes) as \udcxx
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a lone surrogate (a file name's bytes) as \udcxx
         written.append(path)
     if "json" in formats and result.fingerprints:
         (out / FINGERPRINTS).write_text(json.dumps(result.fingerprints, separators=(",", ":")) + "\n", encoding="utf-8")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SCHEMA_VERSION = 2  # 2: sandbox, similarity, the statuses vacuous and voided, submission.degenerate
+SCHEMA_VERSION = 3  # 3: score null without a grade, invariants[].lost; 2: sandbox, similarity, statuses vacuous and voided, submission.degenerate
 
 # Outcomes of a whole submission, and the process exit code of each.
 PASSED, FAILED, NOT_GRADABLE, GATE_ERROR = "passed", "failed", "not_gradable", "gate_error"
 EXIT_CODES = {PASSED: 0, FAILED: 1, NOT_GRADABLE: 3, GATE_ERROR: 4}
+GRADED = (PASSED, FAILED)  # the verdicts that carry a score; the others carry their reason instead
 USAGE_ERROR_EXIT = 2
 
 # Statuses of one invariant. Only "passed" scores; every other status is a failure (fail closed).
@@ -47,6 +48,8 @@ class InvariantResult:
     seconds: float = 0.0
     repro: str = ""  # a failing example as a plain-python script (invariants.repro), where the example made calls
     repro_arrays: dict | None = field(default=None, repr=False)  # its large inputs (an .npz beside it); not in report.json
+    lost: str = ""  # the worker's loss that ended it ("died", "call_timeout", "protocol", ...): what a crash caused, no evidence of a bug
+    measured: dict = field(default_factory=dict)  # a failure's figures (invariants.runner.measured_of): what the diagnosis reads
 
     @property
     def passed(self):
@@ -59,9 +62,8 @@ class GradeResult:
     submission: dict  # source, kind, sha256, entry, backend, functions
     verdict: str = GATE_ERROR
     reason: str = ""
-    score: float = 0.0
     max_score: float = 0.0
-    seed: dict = field(default_factory=dict)  # mode ("derandomized", "fixed", "secret"), value, secret_fingerprint
+    seed: dict = field(default_factory=dict)  # mode ("secret", "fixed", "random"), value; secret_fingerprint, secret_source
     protections: dict = field(default_factory=dict)
     sandbox: dict = field(default_factory=dict)  # tool, detail, missing, required, seconds (the worker's start, to its hello)
     limits: dict = field(default_factory=dict)
@@ -69,6 +71,7 @@ class GradeResult:
     excluded: list = field(default_factory=list)  # [{"name", "reason"}]: selected by a glob, not gradable by the gate
     evidence: list = field(default_factory=list)  # [{"kind", "name", "where", "detail", "source"}]
     similarity: dict = field(default_factory=dict)  # {"reference": {score, tokens, matched, matches[]}, flag_above, fail_above, k, window}
+    bitwise: dict = field(default_factory=dict)  # answers that round like the reference (invariants.gate.bitwise.evidence): staff evidence
     output: dict = field(default_factory=dict)  # stdout, stderr (escaped, capped), stdout_bytes, stderr_bytes
     worker_starts: int = 0
     started_at: str = ""
@@ -79,12 +82,17 @@ class GradeResult:
     def exit_code(self):
         return EXIT_CODES[self.verdict]
 
+    @property
+    def score(self):
+        """The submission's one score, which every report reads: the points its invariants earned; None when the verdict carries none."""
+        return sum(inv.score for inv in self.invariants) if self.verdict in GRADED else None
+
     def as_dict(self):
         data = asdict(self)
         for inv in data["invariants"]:
             inv.pop("repro_arrays")
-        return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict, "exit_code": self.exit_code,
-                **{k: v for k, v in data.items() if k not in ("verdict", "fingerprints")}}
+        return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict, "exit_code": self.exit_code, "reason": self.reason,
+                "score": self.score, **{k: v for k, v in data.items() if k not in ("verdict", "reason", "fingerprints")}}
 
 
 def without_volatile(data):

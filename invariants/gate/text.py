@@ -12,6 +12,11 @@ markers (after its own escape codes, so anywhere). neutralise() breaks each of t
 backslash, so that `cat summary.md` in a job runs nothing a student wrote; twice changes
 nothing more. A line starts after any character some log viewer or runner takes for a line
 break (CR, VT, FF, NEL, U+2028, U+2029, ...), not only after LF.
+
+Where submission text is read, not only where it lands: quoted() caps every value quoted from a submission
+(QUOTED_CHARS, its head and tail kept, the cut counted), and csv_cell() keeps a spreadsheet from reading a
+cell as a formula (OWASP's CSV injection guidance). In Markdown, md_cell() also shows `$` as an entity (GitHub
+renders $...$ as math) and breaks every @mention (a mention notifies whoever it names).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ _ANYWHERE_COMMANDS = re.compile(r"##(vso|teamcity)?\[", re.I)  # Azure's ##vso[ 
 _SECTIONS = re.compile(r"section_(start|end):", re.I)  # GitLab's
 _AUTOLINKS = re.compile(r"(?=://)|(?<=www)(?=\.)", re.I)  # where GFM's bare links start: an escape there breaks them
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # outside XML 1.0's Char production
+QUOTED_CHARS = 4000  # the most of one value a submission wrote (an answer, an exception's message) a report quotes
+_FORMULA_STARTS = "=+-@\t\r\n\uff1d\uff0b\uff0d\uff20"  # what a spreadsheet may read as a formula's start (and their full-width forms)
 
 
 def neutralise(text):
@@ -62,10 +69,12 @@ def xml_text(text):
 
 
 def md_cell(text):
-    """Inline Markdown that renders as the text itself: one line, no link (bare URLs too), image, HTML, emphasis, code span or cell break."""
+    """Inline Markdown that renders as the text itself: one line, no link (bare URLs too), image, HTML, emphasis, code span, cell break,
+    math or mention."""
     text = " ".join(printable(str(text)).split())
     for raw, escaped in (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
-                         ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]"), ("!", "\\!"), ("~", "\\~"), ("#", "\\#")):
+                         ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]"), ("!", "\\!"), ("~", "\\~"), ("#", "\\#"),
+                         ("$", "&#36;"), ("@", "@&#8288;")):  # no $ opens math; a word joiner after @ leaves no name a mention reads
         text = text.replace(raw, escaped)
     return _AUTOLINKS.sub("\\\\", text)  # https\:// and www\. render as written, as text
 
@@ -87,10 +96,30 @@ def clean_output(data, cap):
     if len(data) <= cap:
         return printable(data.decode("utf-8", "replace"))
     half = cap // 2
-    omitted = len(data) - 2 * half
-    head = printable(data[:half].decode("utf-8", "replace"))
-    tail = printable(data[-half:].decode("utf-8", "replace"))
-    return f"{head}\n[... {omitted} bytes not shown ...]\n{tail}"
+    return cut_output(data[:half], data[-half:], len(data) - 2 * half)
+
+
+def cut_output(head, tail, omitted):
+    """Printable text of captured bytes of which only the `head` and the `tail` were kept, the `omitted` bytes between them counted."""
+    shown = [printable(part.decode("utf-8", "replace")) for part in (head, tail)]
+    return f"{shown[0]}\n[... {omitted} bytes not shown ...]\n{shown[1]}"
+
+
+def quoted(text, limit=QUOTED_CHARS):
+    """Text a submission wrote, as a report may quote it: at most `limit` characters, its head and tail, the cut counted."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}[... {len(text) - 2 * half} characters cut ...]{text[-half:]}"
+
+
+def csv_cell(value):
+    """A CSV cell no spreadsheet reads as a formula: text whose first character after spaces is = + - @, a tab or a line break
+    gets a leading '."""
+    text = str(value)
+    start = text.lstrip(" ")[:1]
+    return f"'{text}" if start and start in _FORMULA_STARTS else text
 
 
 def one_line(text, limit=300):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 SUITE_FORMAT = "transformer-invariants/suite-run"  # invariants.plugin.JSON_FORMAT
 SUITE_VERSIONS = (1,)
-GATE_SCHEMA_VERSIONS = (1, 2)  # invariants.gate.result.SCHEMA_VERSION (2 adds the statuses vacuous and voided, similarity)
+GATE_SCHEMA_VERSIONS = (1, 2, 3)  # invariants.gate.result.SCHEMA_VERSION (2 adds the statuses vacuous and voided, similarity; 3 no score)
 FAILING = ("failed", "error", "vacuous", "voided")  # the statuses that get a card (the last two are the gate's: held, but earn nothing)
 STATUS_ORDER = ("passed", "failed", "error", "vacuous", "voided", "missing", "skipped", "not_run")
 
@@ -100,7 +100,7 @@ class Column:
     counts: dict = field(default_factory=dict)  # status -> invariants
     warning: str = ""  # why nothing ran (an implementation that did not load, a CUDA run without a GPU)
     verdict: str = ""  # the gate's
-    score: float | None = None
+    score: float | None = None  # the report's (invariants.gate.result.GradeResult.score): None where the verdict carries none
     max_score: float | None = None
     reason: str = ""
 
@@ -168,7 +168,7 @@ def _diagnosis(entries):
     """The likely bug (invariants.diagnosis.likely_bugs) for one column's entries ({invariant, status, reason})."""
     from invariants.diagnosis import likely_bugs
 
-    return [line.strip() for line in likely_bugs((e["invariant"], e["status"], e.get("reason", "")) for e in entries)]
+    return [line.strip() for line in likely_bugs((e["invariant"], e["status"], e.get("reason", ""), e.get("measured")) for e in entries)]
 
 
 def load_suite(paths, *, max_repro_bytes=16384):
@@ -236,6 +236,11 @@ def _points(x):
     return f"{x:g}"
 
 
+def score_text(score, max_score):
+    """'41 / 53', or 'no score' where the gate's report gives none (a submission that is not gradable, a gate error)."""
+    return "no score" if score is None else f"{_points(score)} / {_points(max_score)}"
+
+
 def load_batch(folder, *, max_repro_bytes=16384):
     """A Report from a gate batch folder (OUT/<submission>/report.json): one column per submission."""
     order, registry = _suite_order()
@@ -248,7 +253,7 @@ def load_batch(folder, *, max_repro_bytes=16384):
         invs = data["invariants"]
         counts = _counts([i["status"] for i in invs])
         facts = [("submission", f"{name} (sha256 {sub.get('sha256', '?')[:12]})"), ("backend", sub.get("backend") or "?"),
-                 ("verdict", data["verdict"].replace("_", " ")), ("score", f"{_points(data['score'])} / {_points(data['max_score'])}")]
+                 ("verdict", data["verdict"].replace("_", " ")), ("score", score_text(data["score"], data["max_score"]))]
         reference = (data.get("similarity") or {}).get("reference")
         if reference:
             facts.append(("like the reference", f"{reference['score']:.2f} (flagged above {data['similarity'].get('flag_above', '?')})"))
@@ -269,7 +274,8 @@ def load_batch(folder, *, max_repro_bytes=16384):
                                   inv.get("details", ""), text.hint or inv.get("hint", ""), str(script) if script.is_file() else "",
                                   source, inv.get("visibility", "")))
             cells[(n, c)] = cell
-        diagnoses[c] = _diagnosis([{"invariant": i["name"], "status": i["status"], "reason": i.get("reason", "")} for i in invs])
+        diagnoses[c] = _diagnosis([{"invariant": i["name"], "status": i["status"], "reason": i.get("reason", ""), "measured": i.get("measured", {})}
+                                   for i in invs if not i.get("lost")])  # what a lost worker ended (a crash, a hang) is no evidence of a bug
     first_seen = {}
     for _, data in reports:
         for inv in data["invariants"]:
@@ -308,10 +314,10 @@ def pass_rates(report):
 
 
 def score_histogram(report, bins=10):
-    """(counts per bin, bin edges in percent): each submission's score as a share of its maximum; 100% falls in the last bin."""
+    """(counts per bin, bin edges in percent): each scored submission's score as a share of its maximum; 100% falls in the last bin."""
     counts = [0] * bins
     for col in report.columns:
-        if col.max_score:
+        if col.score is not None and col.max_score:
             share = col.score / col.max_score
             counts[min(int(share * bins + 1e-9), bins - 1)] += 1  # 0.7·10 is 7.000000000000001: no edge is lost to rounding
     return counts, [100 * i / bins for i in range(bins + 1)]
