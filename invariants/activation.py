@@ -15,7 +15,7 @@ from hypothesis.extra.numpy import array_shapes
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
-from invariants.conventions import rounds_in_float32
+from invariants.conventions import rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_close_to_a_gelu_form, gelu_forms
 from invariants.registry import invariant
@@ -144,7 +144,6 @@ def gelu_close_to_erf_form(impl, case):
     requires=("gelu",),
     hint="gelu is neither the tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) nor the erf form 0.5·x·(1 + erf(x/√2)) "
          "computed in full, or it is the other form than the one GELU_FORM declares",
-    applies=rounds_in_float32,
 )
 def gelu_agrees_with_reference(impl, case):
     """gelu agrees with the float64 tanh form (the reference) or erf form: to 1e-10 in float64, the dtype tolerance otherwise, relative to max|x|.
@@ -157,5 +156,5 @@ def gelu_agrees_with_reference(impl, case):
     got = assert_shape(impl.gelu(x), x.shape, "gelu(x)", call)
     seen = impl.as_seen(x)
     forms = {form: ref.gelu_of(form)(seen) for form in gelu_forms(impl)}
-    tol = _at_input_scale(agreement_tolerance(impl.dtype), seen)
+    tol = _at_input_scale(agreement_tolerance(rounding_dtype(impl)), seen)
     assert_close_to_a_gelu_form(impl, got, forms, "gelu(x)", tol, call, other_answer=lambda form: ref.gelu_of(form)(seen))

@@ -28,7 +28,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
-from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights, rounds_in_float32
+from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, ImplementationError, describe_call
 from invariants.reference_check import reference_answer, reference_tolerance
@@ -255,7 +255,7 @@ def causal_weights_pattern(impl, case):
     hint="the softmax runs over the wrong axis (the query axis: columns sum to 1, not rows), the weights are zeroed "
     "after the softmax without renormalising, or the softmax does not subtract the row max (exp of a score above 709, "
     "88 in float32, overflows: inf/inf is NaN)",
-    applies=first_reason(_NO_WEIGHTS, rounds_in_float32),
+    applies=_NO_WEIGHTS,
 )
 def weights_are_distributions(impl, case):
     """Each query's attention weights are a probability distribution over the keys: every entry >= 0, each row summing to 1.
@@ -320,7 +320,7 @@ def last_position_mask_free(impl, case):
     requires=("attention",),
     hint="a mask is applied although causal=False (the flag is ignored), or the output depends on where a token sits "
     "(a positional bias, a cumulative sum over the sequence)",
-    applies=first_reason(NO_ENCODER_MODE, rounds_in_float32),
+    applies=NO_ENCODER_MODE,
 )
 def permutation_equivariance(impl, case):
     """Without the mask, permuting the tokens permutes the outputs and the weights' rows and columns the same way (to rounding)."""
@@ -432,7 +432,6 @@ def multi_head_is_sum_of_heads(impl, case):
     hint="the scores are not scaled by 1/√d_head (unscaled, or by 1/√d_model or 1/d_head), part of attention runs in "
     "a lower precision than its inputs (scores or softmax in float16 inside: .half(), autocast), or another convention "
     "differs from GPT-2's attention (x @ W, heads as contiguous column blocks, W_o after merging)",
-    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """attention's output and weights agree with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).

@@ -129,6 +129,50 @@ def to_numpy(value, what):
     raise OutputError(f"{what} returned an array of dtype {value.dtype}, not a real-valued one")
 
 
+# -- declarations -----------------------------------------------------------------------------
+
+MAX_DECLARED_BITS = 63  # an int past int64 declares nothing real (and past 4,300 digits has no repr, nor JSON)
+MAX_DECLARED_CHARACTERS = 80  # longer than any declarable word
+_PLAIN = {bool: bool, int: int.__int__, float: float.__float__, str: str.__str__}  # the slot itself: a subclass cannot override it
+
+
+def declared_value(value):
+    """The plain bool, int, float or str a declaration states, or a short description of what else it is (a str no convention allows).
+
+    A numpy scalar, a 0-d array or a 0-d torch tensor states its one value (a float16 or float32 one its shortest
+    decimal: np.float32(1e-5) states 1e-05), a subclass of a plain type (np.float64, an IntEnum) its plain value.
+    The suite's reader (invariants.conventions.read_declarations) and the gate's worker both call this, so both read
+    one value the same way and refuse the rest with the same words; only plain values cross to the gate's parent.
+    """
+    if _torch_tensor(value):
+        if value.ndim:
+            return f"a tensor of shape {tuple(value.shape)}"
+        try:
+            value = to_numpy(value, "the declaration")
+        except (Exception, SystemExit) as exc:  # a complex tensor, or a tensor subclass's own code
+            return f"a tensor that is no real number ({type(exc).__name__})"
+    if isinstance(value, np.ndarray):
+        if value.ndim:
+            return f"an array of shape {value.shape}"
+        value = value[()]
+    if isinstance(value, np.floating) and value.dtype.itemsize < 8:
+        return float(str(value))  # the decimal the code was written with, not float32's binary neighbour 1.0000000474974513e-05
+    if isinstance(value, np.generic):
+        value = value.item()
+    plain = next((kind for kind in _PLAIN if isinstance(value, kind)), None)
+    if value is None:
+        return None  # refused by every convention, in its own words
+    if plain is None:
+        name = type(value).__name__
+        return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"[:MAX_DECLARED_CHARACTERS]
+    value = _PLAIN[plain](value)
+    if plain is int and value.bit_length() > MAX_DECLARED_BITS:
+        return f"an int of {value.bit_length()} bits"
+    if plain is str and len(value) > MAX_DECLARED_CHARACTERS:
+        return f"a str of {len(value)} characters"
+    return value
+
+
 # -- calling ----------------------------------------------------------------------------------
 
 

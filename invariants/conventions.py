@@ -4,7 +4,8 @@
     ATTENTION_BIASES = True    # transformer_block and gpt_logits read b_q, b_k, b_v, b_o
 
 A declaration picks which reference applies, which inputs are drawn, or which invariants run; it
-never loosens a tolerance or turns a false law true, so it can only make the suite check less; a
+never turns a false law true, and loosens no tolerance but to the rounding it declares (COMPUTE_DTYPE:
+float32's, rounding_dtype), so it can only make the suite check less; a
 numeric one is bounded to the values real code uses (EPS_BOUNDS, RATIO_BOUNDS), so no declared value
 makes the reference trivial (an eps of 1e300 made every LayerNorm its bias). An invariant skipped
 because of a declaration says so with a `Declared` reason (see `declared_skip`), and the run's
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from invariants.boundary import declared_value, rounded
 from reference.numpy import EPS as PROTOCOL_EPS  # 1e-5: the eps the suite passes to layer_norm and rms_norm, and the protocol's block uses
 
 
@@ -136,8 +138,8 @@ CONVENTIONS = {
                    "whose base is fixed", bounds=THETA_BOUNDS, real=THETA_IN_REAL_CODE),
         Convention("COMPUTE_DTYPE", ("float32",), None,
                    "'float32' (RMSNorm, RoPE, LayerNorm or the softmax computed in float32 whatever the input dtype): in a float64 "
-                   "run every invariant held to float64 rounding is skipped, the exact ones still run; float32 and narrower "
-                   "runs are unchanged"),
+                   "run every invariant held to rounding holds it to float32's tolerance (none is skipped), the exact ones run as "
+                   "they are; float32 and narrower runs are unchanged"),
         Convention("MAX_DECODE_CHUNK", (int,), None,
                    "llama_decode is drawn with at most this many tokens in every chunk after the prefill (1: one-token steps)",
                    bounds=CHUNK_BOUNDS, real=CHUNK_IN_REAL_CODE),
@@ -155,11 +157,11 @@ CONVENTIONS = {
 
 
 def read_declarations(namespace):
-    """{name: value} for every convention `namespace` declares; ValueError naming the first bad value."""
+    """{name: plain value} for every convention `namespace` declares (invariants.boundary.declared_value); ValueError naming the first bad value."""
     found = {}
     for name, convention in CONVENTIONS.items():
         if hasattr(namespace, name):
-            value = getattr(namespace, name)
+            value = declared_value(getattr(namespace, name))
             problem = convention.problem(value)
             if problem:
                 raise ValueError(problem)
@@ -202,13 +204,19 @@ NO_ENCODER_MODE = declared_skip("CAUSAL_ONLY", bool, "it has no encoder mode (ca
 NO_DECODER_MODE = declared_skip("ENCODER_ONLY", bool, "it has no decoder mode (causal=True), which this invariant is about")
 
 
-def rounds_in_float32(impl):
-    """An `applies=` function: a Declared reason where impl computes in float32 (COMPUTE_DTYPE) and the run is float64, else None."""
-    if declared(impl, "COMPUTE_DTYPE") == "float32" and impl.dtype == "float64":
-        return Declared(f"{impl.label} declares COMPUTE_DTYPE = 'float32': a float64 run cannot hold its float32 steps to float64 "
-                        "rounding, which this invariant needs (the float32 run checks it: --impl-dtype float32)")
-    return None
+def rounding_dtype(impl):
+    """The dtype whose rounding impl's answers carry, which every tolerance it is held to is read from: float32 where it computes in
+    float32 (COMPUTE_DTYPE = "float32") in a float64 run, else the run's dtype."""
+    return "float32" if impl.dtype == "float64" and declared(impl, "COMPUTE_DTYPE") == "float32" else impl.dtype
 
+
+def input_as_rounded(impl, got, x):
+    """What an exact identity law (the output is the input x) holds impl's answer `got` to: x as impl receives it, or x rounded to
+    rounding_dtype(impl) where got is that: code that computes in float32 rounds x first, and x·1 + 0 is then x rounded, exactly."""
+    seen = impl.as_seen(x)
+    if rounding_dtype(impl) == impl.dtype or np.array_equal(got, seen):
+        return seen
+    return rounded(seen, rounding_dtype(impl)).astype(np.float64)
 
 
 # -- what a declaration means, for the invariants that read it -------------------------------

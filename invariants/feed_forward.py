@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_shape
-from invariants.conventions import biases_as_declared, d_ff_for, rounds_in_float32
+from invariants.conventions import biases_as_declared, d_ff_for, rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
@@ -112,7 +112,6 @@ def feed_forward_zero_W2_gives_b2(impl, case):
     requires=("feed_forward",),
     hint="a convention differs from GELU(x·W1 + b1)·W2 + b2: a bias is dropped, a weight is transposed, or another activation is used "
          "(or the other GELU form than the one GELU_FORM declares)",
-    applies=rounds_in_float32,
 )
 def feed_forward_agrees_with_reference(impl, case):
     """feed_forward agrees with the float64 reference, either GELU form: 1e-10 in float64, the dtype tolerance otherwise, at the terms' scale.
@@ -123,6 +122,6 @@ def feed_forward_agrees_with_reference(impl, case):
     args = (x, *(p[name] for name in ARGS))
     call = "feed_forward(x, W1, b1, W2, b2)"
     got = _ffn(impl, x, p, call)
-    tol = agreement_tolerance(impl.dtype).at_scale(_term_scale(impl, x, p))
+    tol = agreement_tolerance(rounding_dtype(impl)).at_scale(_term_scale(impl, x, p))
     assert_close_to_a_gelu_form(impl, got, reference_answers(impl, "feed_forward", *args), "feed_forward(x, W1, b1, W2, b2)", tol, call,
                                 other_answer=lambda form: reference_answer(impl, "feed_forward", *args, gelu_form=form))

@@ -20,7 +20,7 @@ import numpy as np
 
 import reference.numpy as ref
 from invariants.asserts import assert_close
-from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason, rounds_in_float32
+from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, describe_call
 from invariants.reference_check import reference_tolerance
@@ -117,7 +117,6 @@ _TOP_LEFT = declared_skip("CAUSAL_ALIGNMENT", lambda alignment: alignment == "to
     hint="the kv heads are matched to the query heads in the wrong order: tiled [kv0, kv1, kv0, kv1] (np.tile, torch's .repeat, "
     "ONNX's Attention before onnx/onnx#7274) instead of repeat-interleaved [kv0, kv0, kv1, kv1], so query head h reads kv head "
     "h % H_kv instead of h // (H / H_kv)",
-    applies=rounds_in_float32,
 )
 def repeated_kv_heads(impl, case):
     """gqa_attention equals multi-head attention on k and v with each kv head repeated for its group in repeat-interleave order
@@ -138,7 +137,6 @@ def repeated_kv_heads(impl, case):
     requires=("gqa_attention",),
     hint="a query head reads another kv head than h // (H / H_kv) for its keys or its values (the two repeated in different "
     "orders, or the groups formed along the wrong axis of a reshape), or heads mix (a softmax or a sum across the head axis)",
-    applies=rounds_in_float32,
 )
 def head_groups(impl, case):
     """Query head h attends with kv head h // (H / H_kv) alone: its output and weights equal gqa_attention on q[:, h] and that kv head
@@ -162,7 +160,7 @@ def head_groups(impl, case):
     hint="the causal mask of T queries over S > T keys is aligned top-left (query i sees keys 0..i, as SDPA's is_causal does "
     "when L != S: pytorch/pytorch#115111), or built for T keys and sliced: a KV-cache step must align it bottom-right, query i "
     "at position S - T + i; declare CAUSAL_ALIGNMENT = 'top_left' if that is the intended behaviour",
-    applies=first_reason(NO_DECODER_MODE, _TOP_LEFT, rounds_in_float32),
+    applies=first_reason(NO_DECODER_MODE, _TOP_LEFT),
 )
 def queries_shorter_than_keys(impl, case):
     """The last t of T queries over the same S = T keys give the last t rows of the full call: gqa_attention(q[:, :, -t:], k, v) =
@@ -186,7 +184,6 @@ def queries_shorter_than_keys(impl, case):
     requires=("gqa_attention",),
     hint="the scores are not scaled by 1/√D of the head (1/√(H·D), 1/D, unscaled), the causal mask is not aligned bottom-right, "
     "a mask is applied where none is asked (causal=False), or fully masked rows do not follow FULLY_MASKED_ROWS",
-    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """gqa_attention's output and weights agree with the float64 reference (1e-10 in float64, the dtype tolerance otherwise),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
-from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason, rounds_in_float32
+from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
 from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
 from invariants.protocol import describe_call
 from invariants.registry import invariant
@@ -84,7 +84,7 @@ def window_outside_keys_ignored(impl, case):
     requires=("gqa_attention",),
     hint="a window that covers every key is not plain causal attention: the causal mask is dropped when the window is large "
     "(a shortcut 'the window covers everything, no mask needed'), or the window wraps around (a modulo on positions)",
-    applies=first_reason(_NO_WINDOW, rounds_in_float32),
+    applies=_NO_WINDOW,
 )
 def window_covering_all_keys_is_causal(impl, case):
     """A window w >= S (every key within reach) gives the same outputs and weights as causal attention without a window, to rounding."""
@@ -173,7 +173,7 @@ def fully_masked_rows(impl, case):
     "NVIDIA-NeMo/Automodel#2658), and a score plus finfo.min overflows in float16; or the mask value is a -1e9 sentinel, "
     "which is -inf in float16 (google/flax#982); either way a fully masked row becomes NaN. Compose the masks as booleans "
     "(or clamp at finfo.min)",
-    applies=first_reason(NO_DECODER_MODE, rounds_in_float32),
+    applies=NO_DECODER_MODE,
 )
 def masks_compose_in_low_precision(impl, case):
     """With causal, window and padding masks composed and scores of size up to ~100, every output and weight is finite, hidden keys

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
 from invariants.block import norms_row_conditions, silenced
-from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps, rounds_in_float32
+from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.protocol import ImplementationError
 from invariants.reference_check import assert_agrees_with_reference
@@ -125,7 +125,6 @@ def causal_non_leakage(impl, case):
          "then misses the later tokens its positions saw), the position table is indexed from the end, "
          "or the mask is built for another length, or is right only up to some length (a buffer for a fixed block "
          "size, a kernel masking only within its tiles)",
-    applies=rounds_in_float32,
 )
 def prefix_consistency(impl, case):
     """The logits of the first j tokens alone equal the first j positions of the full sequence's logits, to rounding.
@@ -246,7 +245,6 @@ def refuses_bad_ids(impl, case):
     requires=("gpt_logits",),
     hint="the model differs from GPT-2's: ids + positions 0 .. T-1, pre-norm causal blocks, the final LayerNorm, "
          "the tied head wteᵀ; or a block convention differs (see block.agrees_with_reference: the biases, eps, GELU form)",
-    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """gpt_logits agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
-from invariants.conventions import Declared, biases_as_declared, d_ff_for, declared, expert_function, rounds_in_float32
+from invariants.conventions import Declared, biases_as_declared, d_ff_for, declared, expert_function, rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
@@ -207,7 +207,6 @@ def top_k_gates_known_values(impl, case):
 @invariant(
     requires=("top_k_gates",),
     hint="a convention differs from the reference's: a softmax over each token's k kept scores, 0 elsewhere, ties to the lower index",
-    applies=rounds_in_float32,
 )
 def top_k_gates_agrees_with_reference(impl, case):
     """top_k_gates agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
@@ -261,7 +260,6 @@ def _balance_loss(impl, logits, k, call):
         "L is outside [1/(k·n), n/k]: f is not the hard top-k share of the N·k routing slots (soft counts f = P give "
         "n·ΣP², which reaches n), or the loss is scaled (Mixtral's convention is k × this loss)"
     ),
-    applies=rounds_in_float32,
 )
 def load_balancing_loss_bounds(impl, case):
     """The balance loss lies in [1/(k·n), n/k] (n experts); it can fall below 1, so L >= 1 is not a law.
@@ -288,7 +286,6 @@ def load_balancing_loss_bounds(impl, case):
         "L != 1 although the mean router probability is uniform: f is normalised over the N tokens, not the N·k slots "
         "(transformers' Mixtral load_balancing_loss_func is k × this loss), or P is not the mean softmax probability"
     ),
-    applies=rounds_in_float32,
 )
 def load_balancing_loss_uniform_mean_is_one(impl, case):
     """The balance loss is 1 whenever the mean router probability is uniform (all-equal logits included), for every k."""
@@ -305,7 +302,6 @@ def load_balancing_loss_uniform_mean_is_one(impl, case):
         "with k = n every expert gets every token, so f_i = 1/n and L = Σ P_i = 1: f is not the share of the N·k slots "
         "(Mixtral's convention gives n), or P does not sum to 1"
     ),
-    applies=rounds_in_float32,
 )
 def load_balancing_loss_dense_is_one(impl, case):
     """With k = n the balance loss is 1 for any router logits (f_i = 1/n, so L = Σ P_i)."""
@@ -321,7 +317,6 @@ def load_balancing_loss_dense_is_one(impl, case):
         "a convention differs from Switch's n·Σ f_i·P_i: f the hard top-k share of the N·k slots (ties to the lower "
         "index), P the mean softmax probability"
     ),
-    applies=rounds_in_float32,
 )
 def load_balancing_loss_agrees_with_reference(impl, case):
     """load_balancing_loss agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
@@ -449,7 +444,6 @@ def moe_token_permutation_equivariance(impl, case):
         " = x·W_r (no bias), E_i the GELU feed-forward (one GELU form throughout: the declared GELU_FORM) or, under "
         "EXPERT_FFN = 'swiglu', down(SiLU(x·W_gate) ⊙ x·W_up), ties to the lower index"
     ),
-    applies=rounds_in_float32,
 )
 def moe_agrees_with_reference(impl, case):
     """moe agrees with the float64 reference (1e-10 in float64, the dtype tolerance otherwise, at the size of the
@@ -464,7 +458,7 @@ def moe_agrees_with_reference(impl, case):
     compared = np.ones(len(x), dtype=bool)
     if not _follows_tie_rule(impl):
         compared = ~_boundary_tied(impl.as_seen(x) @ impl.as_seen(router), k)  # (N,)
-    tol = _at_expert_scale(agreement_tolerance(impl.dtype), impl, x, experts)
+    tol = _at_expert_scale(agreement_tolerance(rounding_dtype(impl)), impl, x, experts)
     if expert_function(impl) == "swiglu":  # no GELU anywhere
         assert_close(got[compared], reference_answer(impl, "moe", x, router, experts, k)[compared], "moe(x, router, experts, k)", tol, call)
         return

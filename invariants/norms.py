@@ -21,11 +21,9 @@ from invariants.conventions import (
     Declared,
     declared,
     declared_skip,
-    first_reason,
     has_layer_norm_bias,
     layer_norm_eps,
     rms_norm_eps,
-    rounds_in_float32,
 )
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference
@@ -103,7 +101,6 @@ def _rms_norm(impl, x, g, eps, call):
 @invariant(
     requires=("layer_norm",),
     hint="the variance is not the population one (divide by d, not d - 1), or the mean is not subtracted per row",
-    applies=rounds_in_float32,
 )
 def layer_norm_row_statistics(impl, case):
     """Each output row of layer_norm has mean 0 and population variance σ²/(σ²+ε), σ² the row's input variance."""
@@ -216,7 +213,7 @@ def layer_norm_known_values(impl, case):
 @invariant(
     requires=("rms_norm",),
     hint="eps is added outside the square root, or the mean (not the mean square) is used: rms(c·x) = sign(c)·rms_{ε/c²}(x) needs x/√(mean(x²) + ε)",
-    applies=first_reason(_FIXED_RMS_EPS, rounds_in_float32),
+    applies=_FIXED_RMS_EPS,
 )
 def rms_norm_scale_law(impl, case):
     """rms_norm(c·x, eps) = sign(c)·rms_norm(x, eps/c²) for every c ≠ 0 (so rms_norm is odd): bitwise for powers of two on the CPU."""
@@ -236,7 +233,7 @@ def rms_norm_scale_law(impl, case):
 @invariant(
     requires=("rms_norm", "layer_norm"),
     hint="rms_norm centres its input (that is layer_norm), or one of the two uses another variance or eps placement",
-    applies=first_reason(_different_eps, rounds_in_float32),
+    applies=_different_eps,
 )
 def rms_norm_of_centred_is_layer_norm(impl, case):
     """rms_norm(x - mean(x)) = layer_norm(x) row by row, with gain 1, bias 0 and the same eps."""
@@ -253,7 +250,6 @@ def rms_norm_of_centred_is_layer_norm(impl, case):
 @invariant(
     requires=("layer_norm",),
     hint="a convention differs from GPT-2's LayerNorm: population variance, eps inside the square root, gain then bias",
-    applies=rounds_in_float32,
 )
 def layer_norm_agrees_with_reference(impl, case):
     """layer_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
@@ -271,7 +267,6 @@ def layer_norm_agrees_with_reference(impl, case):
 @invariant(
     requires=("rms_norm",),
     hint="a convention differs from RMSNorm's: divide by √(mean(x²) + ε), no centring, gain but no bias",
-    applies=rounds_in_float32,
 )
 def rms_norm_agrees_with_reference(impl, case):
     """rms_norm agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
@@ -291,7 +286,7 @@ _SQUARES_IN_16_BITS = ("the squares or the variance are computed in the input's 
                        "statistics, as torch's kernels and transformers' RMSNorm do")
 
 
-@invariant(requires=("layer_norm",), hint=f"layer_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}", applies=rounds_in_float32)
+@invariant(requires=("layer_norm",), hint=f"layer_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}")
 def layer_norm_large_rows(impl, case):
     """layer_norm of rows of size up to about ±12,000 (std 32 to 4096, representable in every dtype) is finite and agrees with the reference.
 
@@ -306,7 +301,7 @@ def layer_norm_large_rows(impl, case):
     assert_agrees_with_reference(impl, "layer_norm", (x, g, b, eps), got, "layer_norm(x, g, b)", factor=4, call=call)
 
 
-@invariant(requires=("rms_norm",), hint=f"rms_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}", applies=rounds_in_float32)
+@invariant(requires=("rms_norm",), hint=f"rms_norm is not finite or not right on large rows: {_SQUARES_IN_16_BITS}")
 def rms_norm_large_rows(impl, case):
     """rms_norm of rows of size up to about ±12,000 (representable in every dtype) is finite and agrees with the reference.
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_where
-from invariants.conventions import declared, declared_skip, rms_norm_eps, rounds_in_float32
+from invariants.conventions import declared, declared_skip, rms_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, describe_call
 from invariants.reference_check import reference_tolerance
@@ -139,7 +139,6 @@ def causal_non_leakage(impl, case):
     hint="the angle depends on more than the offset m - n: the norm is applied after RoPE (its gain then differs within a rotated "
     "pair, so the scores see absolute positions), the positions argument is ignored for q or k, or q and k are rotated by "
     "different rules",
-    applies=rounds_in_float32,
 )
 def relative_positions(impl, case):
     """Shifting every position by s leaves the output and weights unchanged to rounding: the scores depend on m - n only."""
@@ -156,7 +155,6 @@ def relative_positions(impl, case):
     requires=("qk_norm_attention",),
     hint="query head h does not read kv head h // (H / H_kv) (the kv heads tiled [kv0, kv1, kv0, kv1] instead of repeat-interleaved), "
     "or the key norm reads across kv heads",
-    applies=rounds_in_float32,
 )
 def repeated_kv_heads(impl, case):
     """qk_norm_attention equals itself with W_k's and W_v's kv heads repeated for their groups in repeat-interleave order
@@ -195,7 +193,6 @@ def lifted(impl, inputs):
     requires=("qk_norm_attention",),
     hint="the queries or keys are not normalised per head: the norm is missing on the keys (or the queries), taken over the whole "
     "projection or d_model (one head's scale then changes the others)",
-    applies=rounds_in_float32,
 )
 def head_rescaling_invariant(impl, case):
     """Multiplying each query head's columns of W_q, and each kv head's of W_k, by its own power of two leaves the output and weights
@@ -242,7 +239,6 @@ def linear_in_values(impl, case):
     hint="the norm is not per head over D with the right gains: q_norm and k_norm swapped or one used for both, the norm over the "
     "whole projection (OLMo 2's variant) or over d_model, eps outside the square root, the norm after RoPE, the values normalised "
     "too, or a scale other than 1/√D",
-    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """qk_norm_attention's output and weights agree with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype

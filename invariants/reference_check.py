@@ -14,7 +14,7 @@ import numpy as np
 
 import reference.numpy as ref
 from invariants.asserts import as_array, assert_close
-from invariants.conventions import declared
+from invariants.conventions import declared, rounding_dtype
 from invariants.tolerance import agreement_tolerance
 
 
@@ -62,12 +62,13 @@ def assert_close_to_a_gelu_form(impl, got, answers, what, tol, call, *, other_an
 
 
 def reference_tolerance(impl, *, factor=1.0, condition=1.0):
-    """The tolerance assert_agrees_with_reference holds impl's answers to: factor and condition grow it below float64 only.
+    """The tolerance assert_agrees_with_reference holds impl's answers to, read from the rounding they carry (rounding_dtype):
+    factor and condition grow it below float64 rounding only.
 
     condition: a number, or a function of no arguments giving it (a forward pass: computed only where it is used).
     """
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype == "float64":
+    tol = agreement_tolerance(rounding_dtype(impl))
+    if tol.dtype == "float64":
         return tol
     return tol.scaled(factor).conditioned(condition() if callable(condition) else condition)
 

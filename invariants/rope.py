@@ -21,7 +21,7 @@ import numpy as np
 
 import reference.numpy as ref
 from invariants.asserts import as_array, assert_close, assert_equal, assert_shape
-from invariants.conventions import declared, rounds_in_float32
+from invariants.conventions import declared, input_as_rounded, rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
 from invariants.registry import invariant
@@ -57,7 +57,7 @@ def rope_arguments(impl, case):
 
 def angle_error(impl, max_position):
     """The relative error a correct rope may carry at positions up to max_position: the angle p·θ_0 = p rounded twice (θ and p·θ)."""
-    return 2.0 * max_position * ANGLE_UNIT.get(impl.dtype, 2.0**-24)
+    return 2.0 * max_position * ANGLE_UNIT.get(rounding_dtype(impl), 2.0**-24)
 
 
 def rope_tolerance(impl, max_position, *, base=None):
@@ -84,15 +84,16 @@ def assert_close_to_a_pairing(impl, got, answers, what, tol, call):
         note = f"held to the {closest} pairing, the closer one: either pairing passes, one pairing for the whole call"
     else:
         note = f"held to the {closest} pairing that {impl.label} declares (ROPE_PAIRING = {closest!r})"
-    if _float32_sized(impl, values, answers[closest]):
+    float32_sized = _float32_sized(impl, values, answers[closest])
+    if float32_sized:
         note += "; its errors are of float32 rounding size, not a convention's: code that computes in float32 by design declares "
         note += "COMPUTE_DTYPE = 'float32'"
-    assert_close(got, answers[closest], f"{what} ({note})", tol, call)
+    assert_close(got, answers[closest], f"{what} ({note})", tol, call, float32_sized=float32_sized)
 
 
 def _float32_sized(impl, values, expected):
     """Whether a float64 answer misses `expected` by no more than float32 rounding would (8 roundings at its scale)."""
-    if impl.dtype != "float64" or np.shape(values) != np.shape(expected) or not np.isfinite(values).all():
+    if rounding_dtype(impl) != "float64" or np.shape(values) != np.shape(expected) or not np.isfinite(values).all():
         return False
     scale = float(np.abs(expected).max(initial=0.0))
     return bool(tolerance_for("float32").scaled(8).at_scale(scale).allows(values, expected).all())
@@ -120,7 +121,6 @@ def _rope(impl, x, positions, base, call):
     hint="the angle is not linear in the position alone: q and k are rotated by different rules (one pairing for q, another "
     "for k), the frequencies are laid out for one pairing and rotated in the other (rotate_half with interleaved cos/sin), "
     "the position is squared or offset per call, or the angle is computed in bfloat16",
-    applies=rounds_in_float32,
 )
 def relative_offsets(impl, case):
     """Shifting every position by s leaves each score rope(q, m)·rope(k, n) unchanged: scores depend on m - n only (to rounding)."""
@@ -143,7 +143,6 @@ def relative_offsets(impl, case):
     hint="it is not a rotation of pairs: cos without the partner's sin term (x·cos alone shrinks the vector), sin applied to "
     "the wrong partner (frequencies for one pairing, rotation in the other), a sign slip that turns the rotation into a "
     "reflection-and-scale, or pairs other than the declared pairing's (interleaved while ROPE_PAIRING says half-split, or neither)",
-    applies=rounds_in_float32,
 )
 def preserves_pair_norms(impl, case):
     """Each rotated pair keeps its norm: |(x'_a, x'_b)| = |(x_a, x_b)| for every pair (a, b) of the pairing, to rounding."""
@@ -170,15 +169,15 @@ def preserves_pair_norms(impl, case):
     requires=("rope",),
     hint="position 0 is not the identity: positions are counted from 1 (an off-by-one in arange(1, T + 1)), a constant "
     "phase is added to every angle, or the vector is scaled (cos and sin both applied without the rotation's structure)",
-    applies=rounds_in_float32,
 )
 def position_zero_is_identity(impl, case):
-    """At position 0 (angle 0) rope returns its input exactly: cos 0 = 1 and sin 0 = 0."""
+    """At position 0 (angle 0) rope returns its input exactly (x rounded to float32 under COMPUTE_DTYPE): cos 0 = 1 and sin 0 = 0."""
     inputs = draw_rope_inputs(impl, case, "inputs")
     x = inputs["x"]
     zeros = np.zeros_like(inputs["positions"])
     call = describe_call("rope", {**inputs, "positions": zeros})
-    assert_equal(_rope(impl, x, zeros, inputs["base"], call), impl.as_seen(x), "rope output at position 0", call)
+    got = _rope(impl, x, zeros, inputs["base"], call)
+    assert_equal(got, input_as_rounded(impl, got, x), "rope output at position 0", call)
 
 
 @invariant(
@@ -187,7 +186,6 @@ def position_zero_is_identity(impl, case):
     "converted for one is wrong in the other), or the frequencies are wrong (θ_i = base^(-i/D), base^(-2i/(D - 2)), or the "
     "base ignored), or the rotation runs clockwise (x·cos + partner·sin for the first coordinate), or the angle p·θ is rounded "
     "to bfloat16 (cos and sin then miss by up to 1%)",
-    applies=rounds_in_float32,
 )
 def pairing_anchor(impl, case):
     """Rotating the basis vector e_a at position p gives exactly 0 outside a's pair (a, b) and (cos pθ_i, ±sin pθ_i) on it.
@@ -220,7 +218,6 @@ def pairing_anchor(impl, case):
     hint="the frequencies differ from θ_i = base^(-2i/D) (base^(-i/D), the base ignored or squared), the angle is computed in "
     "bfloat16 or float16 (positions past 256 become wrong; compute p·θ in float32 and round only cos and sin), or the pairing "
     "differs from the declared ROPE_PAIRING",
-    applies=rounds_in_float32,
 )
 def agrees_with_reference(impl, case):
     """rope agrees with the float64 reference in its pairing (1e-10 in float64, the dtype tolerance otherwise, grown by the angle's rounding)."""
@@ -229,7 +226,7 @@ def agrees_with_reference(impl, case):
     call = describe_call("rope", inputs)
     got = _rope(impl, x, positions, base, call)
     answers = {p: ref.rope(impl.as_seen(x), positions, base, pairing=p) for p in rope_pairings(impl)}
-    tol = agreement_tolerance(impl.dtype)
-    if impl.dtype != "float64":
+    tol = agreement_tolerance(rounding_dtype(impl))
+    if tol.dtype != "float64":
         tol = rope_tolerance(impl, int(positions.max()), base=tol)
     assert_close_to_a_pairing(impl, got, answers, "rope output", tol.at_scale(float(np.abs(impl.as_seen(x)).max())), call)

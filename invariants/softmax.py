@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_where
-from invariants.conventions import rounds_in_float32
+from invariants.conventions import rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
@@ -99,7 +99,6 @@ def softmax_shift_invariance(impl, case):
         "the row maximum is not subtracted before exp: exp(1e4) overflows to inf and inf/inf is NaN, exp(-1e4) underflows to 0 "
         "and 0/0 is NaN (exp(x - logsumexp(x)) stays finite but rounds logsumexp at the scale of 1e4)"
     ),
-    applies=rounds_in_float32,
 )
 def softmax_large_logits(impl, case):
     """softmax of logits of size 1e4 (rows shifted by ±1e4, or spread over ±1e4) is finite and agrees with the reference."""
@@ -134,7 +133,6 @@ def softmax_masked_entries_are_zero(impl, case):
     requires=("softmax",),
     hint="a convention differs from exp(x)/Σexp(x) along the given axis, or it is computed in a lower precision than "
     "its input (float16 inside: .half(), astype(np.float16), autocast), which leaves about 3 decimal digits",
-    applies=rounds_in_float32,
 )
 def softmax_agrees_with_reference(impl, case):
     """softmax agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise)."""
@@ -147,13 +145,12 @@ def softmax_agrees_with_reference(impl, case):
 def _loss_tolerance(impl, x):
     """The agreement tolerance widened by rtol·max|x|: lse(x) - x_t, a correct way to compute the loss,
     cancels two numbers of size max|x|, so it may lose rtol·max|x| even when the loss is small."""
-    return agreement_tolerance(impl.dtype).at_scale(_peak(impl.as_seen(x)))
+    return agreement_tolerance(rounding_dtype(impl)).at_scale(_peak(impl.as_seen(x)))
 
 
 @invariant(
     requires=("cross_entropy",),
     hint="the loss is summed over tokens instead of averaged, taken in bits (log2) instead of nats, or is not -log softmax",
-    applies=rounds_in_float32,
 )
 def cross_entropy_uniform_is_log_vocab(impl, case):
     """cross_entropy of logits that are equal within each row is ln V nats, whatever the targets.
@@ -173,7 +170,6 @@ def cross_entropy_uniform_is_log_vocab(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="the loss overflows or averages wrongly: the course's uniform logits over V = 28 give ln 28 = 3.3322 nats, at 0 and at 1e4",
-    applies=rounds_in_float32,
 )
 def cross_entropy_known_values(impl, case):
     """The course's figures: all-zero logits over V = 28 (2×5 tokens) give 3.3322 nats, and so do all-1e4 logits (1 token)."""
@@ -231,7 +227,6 @@ def cross_entropy_shift_invariance(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="the loss overflows at large logits: exp without subtracting the max (inf), or log(softmax(x)) instead of x - logsumexp(x) (log 0 = -inf)",
-    applies=rounds_in_float32,
 )
 def cross_entropy_large_logits(impl, case):
     """cross_entropy at logits of size 1e4 (rows shifted by ±1e4, or spread over ±1e4) is finite and agrees with the reference."""
@@ -245,7 +240,6 @@ def cross_entropy_large_logits(impl, case):
 @invariant(
     requires=("cross_entropy",),
     hint="a convention differs from the mean negative log-probability in nats over every target position",
-    applies=rounds_in_float32,
 )
 def cross_entropy_agrees_with_reference(impl, case):
     """cross_entropy agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise, both widened by rtol·max|x|)."""

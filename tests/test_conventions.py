@@ -13,9 +13,11 @@ torch = pytest.importorskip("torch", reason="the example implementations wrap re
 import reference.torch as rt  # noqa: E402
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant  # noqa: E402
 from invariants import runner as _runner  # noqa: E402
-from invariants.conventions import CONVENTIONS, Declared, declared  # noqa: E402
+from invariants.boundary import declared_value  # noqa: E402
+from invariants.conventions import CONVENTIONS, Declared, declared, rounding_dtype  # noqa: E402
 from invariants.profiles import profile_settings  # noqa: E402
 from invariants.protocol import ImplementationLoadError  # noqa: E402
+from invariants.tolerance import tolerance_for  # noqa: E402
 
 all_invariants()
 CI = profile_settings("ci")
@@ -96,7 +98,7 @@ BAD = [
     ("FEED_FORWARD_RATIO", 65, f"FEED_FORWARD_RATIO = 65 is not allowed: expected {RATIO}"),
     ("FEED_FORWARD_RATIO", True, f"FEED_FORWARD_RATIO = True is not allowed: expected {RATIO}"),
     ("FEED_FORWARD_RATIO", 4.0, f"FEED_FORWARD_RATIO = 4.0 is not allowed: expected {RATIO}"),
-    ("ROPE_PAIRING", np.zeros(2), "ROPE_PAIRING = array([0., 0.]) is not allowed: expected 'half_split' or 'interleaved'"),  # no truth value
+    ("ROPE_PAIRING", np.zeros(2), "ROPE_PAIRING = 'an array of shape (2,)' is not allowed: expected 'half_split' or 'interleaved'"),
     ("TOP_K_TIES", "lower_index", "TOP_K_TIES = 'lower_index' is not allowed: expected 'lower' or 'any'"),
     ("EXPERT_FFN", "silu", "EXPERT_FFN = 'silu' is not allowed: expected 'gelu' or 'swiglu'"),
     ("ROPE_THETA", 1e9, "ROPE_THETA = 1000000000.0 is not allowed: expected a float from 10000.0 to 10000000.0; real RoPE uses "
@@ -109,7 +111,7 @@ BAD = [
 
 @pytest.mark.parametrize("name, value, message", BAD, ids=lambda v: repr(v))
 def test_a_bad_declaration_is_refused_when_the_implementation_loads(name, value, message):
-    assert CONVENTIONS[name].problem(value) == message
+    assert CONVENTIONS[name].problem(declared_value(value)) == message  # read as the suite and the gate read it
     with pytest.raises(ImplementationLoadError, match="^" + re.escape(f"bad: {message}")):
         _impl("bad", gelu=rt.gelu, **{name: value})
 
@@ -567,3 +569,35 @@ def test_declaring_swiglu_for_gelu_experts_fails_loudly():
 
     status, report = _status("moe.moe_agrees_with_reference", _impl("GELU-only moe declared SwiGLU", EXPERT_FFN="swiglu", moe=gelu_only))
     assert status == "error" and "KeyError: 'W1'" in report, report
+
+
+# -- COMPUTE_DTYPE: a declared rounding, checked at its tolerance -----------------------------------------------
+
+
+def _in_float32(fn):
+    """fn computed on float32 copies of its floating tensors, its answers cast back (x.float() ... .type_as(x)), as torch code is."""
+
+    def cast(value, to):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.to(to)
+        return type(value)(cast(v, to) for v in value) if isinstance(value, tuple) else value
+
+    return lambda *args: cast(fn(*cast(args, torch.float32)), torch.float64)
+
+
+AGREEMENT = ("softmax.softmax_agrees_with_reference", "norms.layer_norm_agrees_with_reference", "attention.agrees_with_reference")
+
+
+def test_compute_dtype_holds_a_float64_run_to_float32_rounding_and_skips_nothing():
+    members = dict(softmax=_in_float32(rt.softmax), layer_norm=_in_float32(rt.layer_norm), attention=_in_float32(rt.attention))
+    declared_f32 = _impl("float32 steps", COMPUTE_DTYPE="float32", **members)
+    assert rounding_dtype(declared_f32) == "float32" and declared_f32.tolerance == tolerance_for("float32")
+    for name in AGREEMENT:
+        assert REGISTRY[name].skip_reason(declared_f32) is None, name
+        assert _status(name, declared_f32)[0] == "passed", name
+    undeclared = _impl("float32 steps", **members)  # the declaration is what widens it: undeclared, float64 rounding is asked
+    assert rounding_dtype(undeclared) == "float64"
+    for name in AGREEMENT:
+        status, report = _status(name, undeclared)
+        assert status == "failed" and "(float64)" in report, (name, report)
+    assert rounding_dtype(_impl("float32 run", "float32", COMPUTE_DTYPE="float32", **members)) == "float32"

@@ -1,15 +1,23 @@
-"""In the gate a declaration is held to the suite's bounds and to what the assignment's [declarations] table allows."""
+"""In the gate a declaration is read as the suite reads it, held to the suite's bounds and to what the assignment's [declarations] table allows."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from invariants.conventions import CONVENTIONS, read_declarations
+from invariants.gate import worker
 from invariants.gate.config import ConfigError, load_assignment
 from invariants.gate.grade import grade
 from invariants.gate.reports import to_markdown, to_terminal
 from invariants.gate.result import EXIT_CODES, NOT_GRADABLE, PASSED
+from invariants.protocol import load_implementation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DECLARING = FIXTURES / "declarations"
@@ -82,3 +90,67 @@ def test_a_value_the_assignment_does_not_allow_is_not_gradable_and_an_allowed_on
     assert allowed.verdict == PASSED and allowed.submission["declarations"] == {"LAYER_NORM_EPS": 1e-6}
     assert "  declared: LAYER_NORM_EPS = 1e-06\n" in to_terminal(allowed)
     assert "Declared conventions: LAYER\\_NORM\\_EPS = 1e-06." in to_markdown(allowed)  # _ escaped: Markdown shows LAYER_NORM_EPS
+
+
+# -- one reading of a declaration, in the suite and in the gate -----------------------------------------------------
+
+try:
+    import torch
+except ImportError:  # the numpy cases still run
+    torch = None
+
+READ_ALIKE = [  # (name, the value as written, the plain value the suite and the gate both read)
+    ("LAYER_NORM_EPS", np.float64(1e-5), 1e-5),
+    ("LAYER_NORM_EPS", np.float32(1e-5), 1e-5),  # its shortest decimal, not float32's binary neighbour 1.0000000474974513e-05
+    ("LAYER_NORM_EPS", np.array(1e-6), 1e-6),
+    ("FEED_FORWARD_RATIO", np.int64(4), 4),
+    ("FEED_FORWARD_RATIO", np.array(8, dtype=np.int32), 8),
+    ("FEED_FORWARD_RATIO", enum.IntEnum("Ratio", {"GPT2": 4}).GPT2, 4),
+    ("GELU_FORM", np.str_("erf"), "erf"),
+    ("ATTENTION_BIASES", np.bool_(True), True),
+] + ([("LAYER_NORM_EPS", torch.tensor(1e-5), 1e-5), ("LAYER_NORM_EPS", torch.tensor(1e-12, dtype=torch.float64), 1e-12),
+       ("FEED_FORWARD_RATIO", torch.tensor(4), 4), ("ATTENTION_BIASES", torch.tensor(True), True)] if torch else [])
+REFUSED_ALIKE = [  # (name, a value no convention allows, the refusal both give)
+    ("LAYER_NORM_EPS", np.array([1e-5]), "LAYER_NORM_EPS = 'an array of shape (1,)' is not allowed: expected a float from 1e-16"),
+    ("LAYER_NORM_EPS", np.complex128(1e-5), "LAYER_NORM_EPS = 'a complex' is not allowed: expected a float"),
+    ("GELU_FORM", ["tanh"], "GELU_FORM = 'a list' is not allowed: expected 'tanh' or 'erf'"),
+    ("GELU_FORM", "tanh" * 100, "GELU_FORM = 'a str of 400 characters' is not allowed: expected 'tanh' or 'erf'"),
+    ("GELU_FORM", None, "GELU_FORM = None is not allowed: expected 'tanh' or 'erf'"),
+    ("FEED_FORWARD_RATIO", np.uint64(2**64 - 1), "FEED_FORWARD_RATIO = 'an int of 64 bits' is not allowed: expected an int from 1 to 64"),
+    ("FEED_FORWARD_RATIO", 10**5000, "FEED_FORWARD_RATIO = 'an int of 16610 bits' is not allowed: expected an int from 1 to 64"),
+] + ([("LAYER_NORM_EPS", torch.tensor([1e-5]), "LAYER_NORM_EPS = 'a tensor of shape (1,)' is not allowed: expected a float")] if torch else [])
+
+
+def _read_by_the_gate(namespace):
+    """What the gate's parent reads: the worker's plain values (as JSON carries them), read again by the suite's reader."""
+    sent = json.loads(json.dumps(worker._declarations(namespace, list(CONVENTIONS))))
+    return read_declarations(SimpleNamespace(**sent))
+
+
+@pytest.mark.parametrize("name, value, plain", READ_ALIKE, ids=[f"{n}={v!r}" for n, v, _ in READ_ALIKE])
+def test_the_suite_and_the_gate_read_a_numpy_or_torch_scalar_as_its_plain_value(name, value, plain):
+    namespace = SimpleNamespace(**{name: value})
+    for read in (read_declarations(namespace), _read_by_the_gate(namespace)):
+        assert read == {name: plain} and type(read[name]) is type(plain), read
+
+
+@pytest.mark.parametrize("name, value, message", REFUSED_ALIKE, ids=range(len(REFUSED_ALIKE)))
+def test_the_suite_and_the_gate_refuse_any_other_value_in_the_same_words(name, value, message):
+    namespace = SimpleNamespace(**{name: value})
+    with pytest.raises(ValueError) as by_the_suite:
+        read_declarations(namespace)
+    with pytest.raises(ValueError) as by_the_gate:
+        _read_by_the_gate(namespace)
+    assert str(by_the_suite.value) == str(by_the_gate.value) and str(by_the_suite.value).startswith(message), str(by_the_suite.value)
+
+
+def test_a_correct_submission_declaring_numpy_scalars_is_graded_and_passes(tmp_path):
+    """LAYER_NORM_EPS = np.float64(1e-5) and FEED_FORWARD_RATIO = np.int64(4), both allowed by P01, were "not gradable" in the gate."""
+    source = (FIXTURES / "honest" / "second_student.py").read_text()
+    submission = tmp_path / "numpy_scalars.py"
+    submission.write_text(source + "\nLAYER_NORM_EPS = np.float64(1e-5)\nFEED_FORWARD_RATIO = np.int64(4)\n")
+    p01 = dataclasses.replace(load_assignment(ROOT / "invariants" / "gate" / "assignments" / "p01.toml"), require=(), max_examples=10)
+    result = grade(submission, p01, secret="test-secret")
+    assert result.verdict == PASSED and result.score == result.max_score, result.reason
+    assert result.submission["declarations"] == {"GELU_FORM": "tanh", "LAYER_NORM_EPS": 1e-5, "FEED_FORWARD_RATIO": 4}
+    assert load_implementation(str(submission)).declarations == result.submission["declarations"]  # what pytest --impl reads

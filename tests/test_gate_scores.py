@@ -5,6 +5,13 @@
   invariants it satisfies only vacuously are "vacuous", with the reason (invariants.gate.degenerate).
 - Law-abiding garbage (a hard max, attention to the token itself, a block without attention)
   earns nothing for the laws it obeys; the honest functions beside it keep theirs.
+- A law earns its points only where its functions were shown to compute in the modes it called them
+  in: attention that is own-token garbage with causal=True, or gqa_attention that ignores queries and
+  keys under a key mask, earns nothing for the laws of that mode and keeps the others.
+- Correct code that computes in float32 is never called degenerate in a float64 run, and scores full marks where the
+  assignment takes float32 rounding (P01's rounding = "float32"); nor is a decoder that reports its cache by size (only
+  the parts of an answer its form fixes are compared), nor a mode whose one call is borderline (informative for some
+  random moves, not others: each call is judged once).
 - The check is asked among the invariants' own calls, and keeps a bounded number of bytes.
 - With on_use = "fail", the invariants whose code uses a forbidden API are "voided" (results.json included).
 - A renamed, reformatted copy of reference/numpy.py is flagged and, under P01, failed; two honest
@@ -27,16 +34,18 @@ import pytest
 import reference.numpy as reference
 from invariants.gate import degenerate, similarity
 from invariants.gate.cli import main
-from invariants.gate.config import load_assignment
+from invariants.gate.config import ConfigError, load_assignment
 from invariants.gate.grade import WorkerTransport, grade
 from invariants.gate.reports import to_terminal, write_reports
 from invariants.gate.result import FAILED, PASSED
+from strategies.decoder import LlamaConfig, init_llama_params
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"
 GOOD_STUDENT = ROOT / "examples" / "submissions" / "good_student"
 SECOND_STUDENT = FIXTURES / "honest" / "second_student.py"
+FLOAT32_STUDENT = FIXTURES / "honest" / "float32_casting.py"
 COPY = FIXTURES / "copied" / "renamed_reference.py"
 
 
@@ -117,14 +126,18 @@ def test_honest_solutions_keep_every_point(submission, p01):
 
 
 class _Worker:
-    """A worker stand-in that answers softmax honestly and lists every call it is asked."""
+    """A worker stand-in that answers honestly (the reference's answer; llama_decode's cache by its size) and lists every call it is asked."""
 
     def __init__(self):
         self.calls = []
 
     def call(self, name, args):
         self.calls.append(name)
-        return reference.softmax(*args)
+        if name == "llama_decode":  # (logits, cache_sizes (n,)): a cache that grows by what it holds, as the protocol allows
+            ids, params, n_heads, n_kv_heads, _, _, chunks = args
+            per_token = 2 * len(params["blocks"]) * ids.shape[0] * n_kv_heads * (params["embed"].shape[1] // n_heads)
+            return reference.llama_decode(*args)[0], per_token * np.cumsum(chunks)
+        return getattr(reference, name)(*args)
 
 
 def test_the_probes_are_asked_among_the_invariants_calls_and_judging_asks_nothing():
@@ -136,10 +149,45 @@ def test_the_probes_are_asked_among_the_invariants_calls_and_judging_asks_nothin
         transport.call("softmax", (rng.normal(size=(3, 5)), -1))
     transport.log.current = None
     asked = len(worker.calls)
-    assert transport.log.computes("softmax"), "a nearby probe, asked among the invariant's calls, shows that softmax computes softmax"
+    mode = transport.log.mode_of("softmax", (np.zeros((3, 5)), -1))
+    assert transport.log.computes("softmax", mode), "a nearby probe, asked among the invariant's calls, shows that softmax computes softmax"
     assert 400 < asked <= 400 + 1 + 2 * degenerate.PROBES and len(transport.log.probes["softmax"]) == degenerate.PROBES
     assert degenerate.judge("softmax", transport.log, {"softmax.softmax_rows_sum_to_one"}, "float64") is None
     assert len(worker.calls) == asked, "judging must not call the submission: no phase of the run is the check"
+
+
+def test_a_decoder_that_reports_its_cache_by_size_computes():
+    """The computation check compares the parts of an answer that its form fixes: cache sizes (n,) are as legal as positions."""
+    transport, rng = WorkerTransport(_Worker(), ["llama_decode"], {}, seed=7, reference=reference), np.random.default_rng(0)
+    transport.log.current = "decoding.cache_size_law"
+    for seed in range(8):
+        config = LlamaConfig(vocab=6, n_layers=1, n_kv_heads=1, group=2, d_head=2, d_ff=4, rope_base=10000.0, window=(None, 2)[seed % 2],
+                             qkv_bias=False)
+        args = (rng.integers(0, config.vocab, (1, 4)), init_llama_params(config, seed), config.n_heads, config.n_kv_heads, config.rope_base,
+                config.window, np.array([2, 1, 1]))
+        transport.call("llama_decode", args)
+    transport.log.current = None
+    # before: "llama_decode disagreed with the reference on 4 of 4 ...", its sizes compared with the reference's positions
+    assert degenerate.judge("llama_decode", transport.log, {"decoding.cache_size_law"}, "float64") is None
+
+
+def test_a_mode_whose_only_call_is_borderline_is_read_once():
+    """An honest gqa_attention whose only call with a key mask is borderline (moving q by STEP of its size moves the answer by about
+    the tolerance: informative for some draws of the move, not for others) computes: the evidence and the finding that a mode has
+    no informative call read one verdict on each call."""
+    rel, invariant = degenerate.agreement("float64"), "masking.masks_compose_in_low_precision"
+    q = np.full((1, 1, 2, 1), 4 * rel / (degenerate.STEP / 4))  # scores of about 1.6, where w0·w1 is about 1/4
+    borderline = (q, np.array([0.0, 1.0]).reshape(1, 1, 2, 1), np.array([1.0, 3.0]).reshape(1, 1, 2, 1), True, np.ones((1, 2), bool), 2)
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        transport = WorkerTransport(_Worker(), ["gqa_attention"], {}, seed=seed, reference=reference)
+        transport.log.current = invariant
+        unmasked = [(*(rng.normal(size=(1, 2, 3, 4)) for _ in range(3)), True, None, None) for _ in range(12)]
+        for args in [*unmasked[:6], borderline, *unmasked[6:]]:
+            transport.call("gqa_attention", args)
+        transport.log.current = None
+        # before: one seed in four, "did not compute gqa_attention with key_mask all True": no evidence, yet informative
+        assert degenerate.judge("gqa_attention", transport.log, {invariant}, "float64") is None, seed
 
 
 def test_the_call_log_keeps_a_bounded_number_of_bytes():
@@ -170,6 +218,86 @@ def test_forbidden_apis_with_on_use_fail_zero_the_invariants_they_touch(tmp_path
     assert json.loads(texts["report.json"])["score"] == 2
     reported = dataclasses.replace(assignment, on_forbidden="report")
     assert grade(HOSTILE / "sdpa_attention.py", reported).score == 8, "with on_use = report the evidence costs nothing"
+
+
+def test_a_law_earns_nothing_where_its_function_was_not_shown_to_compute_in_the_law_s_mode(p01):
+    result = grade(HOSTILE / "causal_own_value.py", p01)  # honest, but own-token attention whenever causal=True
+    found = result.submission["degenerate"]
+    assert found["attention"]["modes"] == ["causal=True"] and found["transformer_block"]["modes"] == ["causal=True"], found
+    status = {i.name: i for i in result.invariants}
+    leak = status["attention.causal_non_leakage"]
+    assert leak.status == "vacuous" and leak.reason.startswith("held for a function that does not compute attention with causal=True"), leak.reason
+    assert status["block.causal_non_leakage"].status == "vacuous"
+    assert status["attention.permutation_equivariance"].status == "passed", "a law of the mode it computes in keeps its points"
+    assert result.score <= 33, result.score  # 41 before: the causal laws earned their points
+
+
+MASK_LAWS = """
+[assignment]
+name = "gqa and its masks"
+backend = "numpy"
+dtype = "float32"
+
+[examples]
+profile = "ci"
+max_examples = 20
+
+[limits]
+call_seconds = 5
+invariant_seconds = 60
+run_seconds = 300
+
+[[invariants]]
+select = ["gqa.*", "masking.*"]
+"""
+
+
+def test_a_key_mask_mode_that_does_not_compute_earns_nothing(tmp_path):
+    (tmp_path / "masks.toml").write_text(MASK_LAWS)
+    assignment = dataclasses.replace(load_assignment(tmp_path / "masks.toml"), require=())
+    result = grade(HOSTILE / "masked_key_uniform.py", assignment)  # computes without a key mask, uniform weights with one
+    modes = result.submission["degenerate"]["gqa_attention"]["modes"]
+    assert modes and all("key_mask all True" in m or "key_mask partly False" in m for m in modes), modes
+    status = {i.name: i.status for i in result.invariants}
+    assert status["masking.padding_hidden_keys_ignored"] == "vacuous" and status["masking.fully_masked_rows"] == "vacuous", status
+    assert status["masking.window_key_count"] == "passed", "a law that gives no key mask keeps its points"
+    assert result.score <= 2, result.score  # 9 before
+
+
+def test_the_mode_of_a_call_is_read_from_its_optional_arguments():
+    optional = degenerate.optional_params(reference, "gqa_attention")
+    assert optional == ("causal", "key_mask", "window")
+    q = np.zeros((1, 2, 3, 4))
+    mask = np.array([[True, False, True]])
+    assert degenerate.mode_of("gqa_attention", (q, q, q, True, None, None), optional) == (("causal", True), ("key_mask", None), ("window", None))
+    masked = degenerate.mode_of("gqa_attention", (q, q, q, np.bool_(False), mask, 2), optional)
+    assert masked == (("causal", False), ("key_mask", "some"), ("window", "given"))
+    assert degenerate.describe_mode(masked, [masked, (("causal", False), ("key_mask", None), ("window", "given"))]) == "key_mask partly False"
+    assert degenerate.optional_params(reference, "gpt_logits") == () and degenerate.optional_params(reference, "attention") == ("causal",)
+
+
+def test_correct_code_that_computes_in_float32_is_never_called_degenerate_and_scores_full_marks(p01):
+    result = grade(FLOAT32_STUDENT, p01)  # 11/53 before: 32 points "vacuous" for float32 rounding; then 44/53, held to float64's
+    assert result.submission["degenerate"] == {}, result.submission["degenerate"]
+    assert result.submission["rounding"] == "float32" and "COMPUTE_DTYPE" not in result.submission["declarations"]  # P01: rounding = "float32"
+    assert result.score == result.max_score, [(i.name, i.status, i.reason[:80]) for i in result.invariants if i.status != "passed"]
+    # a course that asks float64 rounding (rounding = "float64") takes the points of the laws held to it, and only those
+    strict = grade(FLOAT32_STUDENT, dataclasses.replace(p01, rounding="float64"))
+    assert strict.submission["rounding"] == "float64" and strict.score < strict.max_score
+    assert not [i.name for i in strict.invariants if i.status == "vacuous"]
+    assert all(i.status == "passed" or i.status == "failed" and "(float64)" in i.reason for i in strict.invariants), \
+        [(i.name, i.status, i.reason[:80]) for i in strict.invariants if i.status != "passed"]
+
+
+@pytest.mark.parametrize("dtype, rounding, ok", [("float64", "float32", True), ("float64", "float16", False), ("float32", "float64", False)])
+def test_an_assignment_takes_float32_rounding_in_float64_only(dtype, rounding, ok, tmp_path):
+    path = tmp_path / "course.toml"
+    path.write_text(f'[assignment]\ndtype = "{dtype}"\nrounding = "{rounding}"\n[[invariants]]\nselect = "softmax.*"\n')
+    if not ok:
+        with pytest.raises(ConfigError, match=f"rounding = '{rounding}' must be one of"):
+            load_assignment(path)
+        return
+    assert load_assignment(path).graded_under({"GELU_FORM": "tanh"}) == {"COMPUTE_DTYPE": "float32", "GELU_FORM": "tanh"}
 
 
 def _prints(path):

@@ -12,7 +12,7 @@ Conventions converted:
 - Its attention is always causal (a mask buffer of max_position_embeddings, 1,024 for the block
   and attention alone): CAUSAL_ONLY = True. Every layer is "global" (no local window).
 - It computes the scores in float32 whatever the input (COMPUTE_DTYPE = "float32"): a float64 run
-  skips the laws held to float64 rounding and runs the exact ones; --impl-dtype float32 checks the rest.
+  holds the laws held to rounding to float32's and the exact ones exactly (invariants.conventions.rounding_dtype).
 """
 
 import math

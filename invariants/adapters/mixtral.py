@@ -11,7 +11,7 @@ Mixtral's conventions, and what the adapter does with each:
 - Routing: softmax over all E experts (in float32, whatever the input dtype), torch.topk on
   those probabilities, the k kept ones renormalised to sum to 1. That equals the protocol's
   softmax over the kept scores; the gates carry float32 precision (COMPUTE_DTYPE = "float32"):
-  a float64 run skips the laws held to float64 rounding, and --impl-dtype float32 checks them.
+  a float64 run holds the laws held to rounding to float32's (invariants.conventions.rounding_dtype).
 - Ties: torch.topk breaks them its own way, not towards the lower index, hence
   TOP_K_TIES = "any": tied experts may be chosen in any order.
 - top_k_gates is read from Mixtral's router (MixtralTopKRouter) fed the router logits through an

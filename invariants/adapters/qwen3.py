@@ -13,8 +13,8 @@ protocol's 1e-5 (Qwen3's checkpoints use 1e-6); cos and sin come from the librar
 Qwen3RotaryEmbedding at the suite's positions. The attention is the "eager" implementation, the
 one that returns the weights, given the causal mask as an additive (1, 1, T, T) plane of 0 and
 -inf, as the library's decoder would pass it. Qwen3RMSNorm computes in float32 and the rotary
-angles are float32 whatever the input dtype: COMPUTE_DTYPE = "float32", so a float64 run skips the
-laws held to float64 rounding; float32 is the dtype this adapter is honestly compared in.
+angles are float32 whatever the input dtype: COMPUTE_DTYPE = "float32", so a float64 run holds the
+laws held to rounding to float32's; float32 is the dtype this adapter is honestly compared in.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Conventions converted:
 - nn.Linear stores (out, in): q_proj.weight = W_qᵀ, ..., o_proj.weight = W_oᵀ, fc1.weight = W1ᵀ, fc2.weight = W2ᵀ.
 - Its attention always has biases (qkv_bias=True, and o_proj's): ATTENTION_BIASES = True, zeros
   where the suite drew none.
-- Its softmax runs in float32 whatever the input (COMPUTE_DTYPE = "float32"): a float64 run skips the
-  laws held to float64 rounding; --impl-dtype float32 checks them.
+- Its softmax runs in float32 whatever the input (COMPUTE_DTYPE = "float32"): a float64 run holds the
+  laws held to rounding to float32's (invariants.conventions.rounding_dtype).
 - intermediate_size and layer_norm_eps are config fields: the layer is built with the suite's d_ff
   and eps (ViT's own default eps is 1e-12).
 """

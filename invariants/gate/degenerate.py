@@ -1,4 +1,4 @@
-"""Scores that mean something: a law's points are earned only by functions shown to compute their component.
+"""Scores that mean something: a law's points are earned only by functions shown to compute their component, in its mode.
 
 Relational invariants hold for functions that do nothing (zeros never leak the future, a
 constant is permutation-equivariant) and for garbage that happens to obey the law (a hard max
@@ -6,21 +6,47 @@ sums to one, attention that sees only its own token never leaks). So the gate as
 function a passed invariant calls, whether it computes what it is named for, on the calls the
 invariants themselves made in this run:
 
-- computes: a recorded call (of any invariant, passed or failed) agrees with the reference to
-  COMPUTES (invariants.tolerance) of max(1, |answer|), under one of the conventions the reference documents (GELU form,
-  RoPE pairing, fully masked rows, the declared eps), and is informative: moving any one float
-  input by STEP of its own size moves the reference's answer by more than that (a call with
-  W_o = 0, a single token or saturated logits is not: a hard max agrees with softmax there, a
-  block with no attention agrees with a real one). Then the function is asked at a nearby point
-  (every float input moved by STEP), and agrees there too: a constant that is right at one
-  symmetric input (softmax of zeros) is not right beside it. Two informative agreeing calls
-  whose reference answers differ (same shapes) show it as well, since no constant can, and so
-  does agreeing on every recorded call (on this run's inputs it is the reference);
+- computes, in each mode the law called it in: a recorded call of that mode (of any invariant,
+  passed or failed) agrees with the reference, in the parts of the answer its protocol entry's
+  answer_form fixes (_judged: llama_decode's cache, positions in its own slots or sizes, is the
+  cache law's to judge), to `agreement(dtype)` of max(1, |answer|), under one
+  of the conventions the reference documents (GELU form, RoPE pairing, fully masked rows, the
+  declared eps), and is informative: moving any one float input by STEP of its own size moves the
+  reference's answer by more than that, and the answer is not within twice that of the call's first
+  float input (a call with W_o = 0, a single token or saturated logits is not: a hard max agrees
+  with softmax there, a block with no attention agrees with a real one, the identity agrees with a
+  block whose sublayers are tiny; the moves are drawn at random, so a call is judged informative
+  once per version of the reference, and every reading reads that verdict). Then the function is
+  asked at a nearby point (every float input moved by STEP: the same mode), and agrees there too,
+  where the reference's answer has moved by more than twice the tolerance, so no answer within it
+  of the first (a constant, a replay) is within it of the second (a point where it has not moved
+  that far says nothing: the call is asked again). Two informative agreeing calls of the mode whose
+  reference answers differ (same shapes) show it as well, since no constant can, and so does
+  agreeing on every recorded call of the mode (on this run's inputs it is the reference);
 - and none of the kinds (constant, identity, not finite, random) holds on the passed
   invariants' calls and the probes (a recorded call asked again, and with its first array moved).
 
-A function that fails either earns nothing for the laws that call it (invariants.gate.grade makes them
-"vacuous"), and the reason says why. Closeness is relative, never bitwise, so an answer one ulp
+The mode of a call is read from its arguments as data (mode_of): each optional argument (one with a
+default in the reference's signature: attention's and the block's causal, gqa_attention's
+key_mask and window, the Llama functions' window and chunks, ...) as True or False, None,
+given, or for a boolean array whether it is all True, all False or partly False. An attention
+that computes with causal=False and returns each token's own value with causal=True is not
+shown to compute in the mode of the causal laws, so they earn nothing, while its other laws keep
+their points.
+
+The agreement tolerance is float32's (COMPUTES, 1e-4) in a float64 run too, since correct code that
+computes in float32 (most torch code) answers with float32 rounding, not float64's. In numbers:
+float32's eps is 1.2e-7, and a deep composition (the model's logits) rounds to a few 1e-6 at most,
+so 1e-4 leaves a margin of 10 or more; STEP (1e-3) moves every input ten times the tolerance, so
+where an input matters the reference's answer moves by more than the tolerance (informative) and
+the nearby probe asks for a move of more than twice it, which neither a constant nor an answer
+within the tolerance of the first can follow; and an informative call's answer is more than twice
+the tolerance from its input, so the identity, or code within the tolerance of the identity (one ulp
+away), agrees on no informative call. What the looser tolerance admits is code within 1e-4 of the
+reference at two nearby points where every input matters: that computes the component.
+
+A function that fails either earns nothing for the laws that call it in the modes it failed in
+(invariants.gate.grade makes them "vacuous"), and the reason says why. Closeness is relative, never bitwise, so an answer one ulp
 from its input is still the identity. Every probe is asked while the invariants run, among
 their calls (CallLog.probe_due), so no phase of the run is the check, and judging asks nothing
 more, so no clock can skip it: a function the run stopped before showing to compute earns
@@ -36,12 +62,14 @@ import random
 
 import numpy as np
 
+from invariants.answers import Array
+from invariants.gate import frames
 from invariants.protocol import FUNCTIONS
 from invariants.tolerance import COMPUTES, EPSILON
 
 EXEMPT = ("build_vocab", "encode", "decode", "get_batch")  # held to exact values, or to the data they are given
 CHECKED = tuple(name for name in FUNCTIONS if name not in EXEMPT)  # every other protocol function, new ones included
-PER_INVARIANT = 6  # calls kept per function and invariant
+PER_INVARIANT = 6  # calls kept per function, invariant and mode (a rare mode keeps its calls)
 PER_FUNCTION = 48  # calls judged per function
 PROBES = 4  # recorded calls asked again (as they were, and moved) per function, while the invariants run
 PROBE_RATE = 1 / 32  # the chance that a call of a checked function is preceded by a repeat probe: spread over the run
@@ -102,6 +130,17 @@ def _kept(value):
     return value.copy() if isinstance(value, np.ndarray) else value
 
 
+def _judged(name, args, answer):
+    """The answer with each part its form leaves open (invariants.gate.frames.expected: the protocol entry's answer_form, read from the
+    call's arguments) set to None: a part that may take several forms or has an axis of any length, such as llama_decode's cache
+    (positions in the cache's own slots, or its sizes), is the implementation's to lay out, for its own laws to judge; the reference
+    fixes the rest."""
+    form = frames.expected(name, args)
+    if not (isinstance(form, tuple) and isinstance(answer, tuple) and len(form) == len(answer)):
+        return answer  # one part, or out alone (ATTENTION_WEIGHTS = False), or a tuple the reference does not answer
+    return tuple(part if isinstance(f, Array) and (f.shape is None or None not in f.shape) else None for part, f in zip(answer, form, strict=True))
+
+
 def _close(got, expected, rel):
     """Is every array of got within rel·max(1, |expected|) of expected's, with the same shapes and the same non-finite entries?
 
@@ -125,8 +164,44 @@ def _finite(arrays):
     return all(np.isfinite(a).all() for a in arrays)
 
 
-def _rel(dtype):
-    return COMPUTES.get(dtype, COMPUTES["float32"])  # agreement, relative to max(1, |answer|)
+def agreement(dtype):
+    """How close an answer must come to the reference's, relative to max(1, |answer|): the dtype's COMPUTES, never tighter than float32's."""
+    return max(COMPUTES.get(dtype, COMPUTES["float32"]), COMPUTES["float32"])
+
+
+# -- the mode of a call ---------------------------------------------------------------------------
+
+
+def optional_params(reference, name):
+    """The protocol params of `name` that the reference gives a default (causal, key_mask, window, chunks, eps, ...): the mode's."""
+    fn = getattr(reference, name, None) if reference is not None else None
+    if fn is None:
+        return ()
+    spec = inspect.signature(fn).parameters
+    return tuple(p for p in FUNCTIONS[name].params if p in spec and spec[p].default is not spec[p].empty)
+
+
+def _setting(value):
+    """An optional argument as its mode reads it: True or False, None, "given", or for a boolean array "all", "none" or "some" (True)."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    if isinstance(value, np.ndarray) and value.dtype == np.bool_:
+        return "all" if value.all() else "some" if value.any() else "none"
+    return "given"
+
+
+def mode_of(name, args, optional):
+    """The mode of a call of `name`: ((param, setting), ...) for its optional params (optional_params), read from the arguments as data."""
+    return tuple((param, _setting(value)) for param, value in zip(FUNCTIONS[name].params, args, strict=False) if param in optional)
+
+
+_SHOWN = {True: "=True", False: "=False", None: "=None", "given": " given", "all": " all True", "none": " all False", "some": " partly False"}
+
+
+def describe_mode(mode, modes):
+    """The settings that set `mode` apart from the other `modes` of the same function ("causal=True"), or "" where nothing does."""
+    shared = set.intersection(*(set(m) for m in modes)) if modes else set()
+    return ", ".join(f"{param}{_SHOWN[setting]}" for param, setting in mode if (param, setting) not in shared)
 
 
 # -- the log of the run's own calls -------------------------------------------------------------
@@ -135,21 +210,23 @@ def _rel(dtype):
 class CallLog:
     """The calls each checked function answered, with its answers and the probes asked among them, within a byte budget.
 
-    A reservoir sample of PER_INVARIANT calls per function and invariant, so that hypothesis's
+    A reservoir sample of PER_INVARIANT calls per function, invariant and mode, so that hypothesis's
     first, simplest inputs (a single token, V = 1) do not crowd out the rest; nothing larger than
-    ITEM_BYTES is kept, nor more than FUNCTION_BYTES per function or TOTAL_BYTES in all. With a
-    reference, a function's first kept call that agrees with it informatively is asked again at a
-    nearby point (every float input moved by STEP): agreeing there too shows that it computes.
+    ITEM_BYTES is kept, nor more than FUNCTION_BYTES per function or TOTAL_BYTES in all; the modes
+    (mode_of) each invariant called each function in, every call counted. With a reference, the
+    first kept call of each mode that agrees with it informatively is asked again at a nearby point
+    (every float input moved by STEP): agreeing there too shows that it computes in that mode.
     """
 
     def __init__(self, seed=None, *, reference=None, dtype="float64", declarations=None):
-        self.samples = {}  # (name, invariant) -> [calls seen, [call]], a call being {"args", "answer", "evidence"}
+        self.samples = {}  # (name, invariant, mode) -> [calls seen, [call]], a call being {"args", "answer", "mode", "evidence"}
+        self.modes = {}  # (name, invariant) -> {mode of each of its calls}
         self.probes = {}  # name -> [(args, answer, asked again, moved args, answer to them)]
-        self.near = {}  # name -> [nearby probes asked, of which agreed]
+        self.near = {}  # (name, mode) -> [nearby probes asked, of which agreed]
         self.current = None  # the invariant now running
         self.bytes = {}  # name -> bytes kept
         self.reference, self.dtype, self.declarations = reference, dtype, declarations
-        self._versions = {}
+        self._versions, self._optional = {}, {}
         self._random = random.Random(seed or 0)
         self.rng = np.random.default_rng(seed or 0)  # the probes' perturbations: as unpredictable as the examples
 
@@ -157,14 +234,14 @@ class CallLog:
     def total_bytes(self):
         return sum(self.bytes.values())
 
-    def computes(self, name):
-        """Has a nearby probe shown that `name` agrees with the reference where every input matters?"""
-        return self.near.get(name, [0, 0])[1] > 0
+    def computes(self, name, mode):
+        """Has a nearby probe shown that `name` agrees with the reference in `mode`, where every input matters?"""
+        return self.near.get((name, mode), [0, 0])[1] > 0
 
-    def agrees_apart(self, name):
-        """Do two kept calls agree informatively, where the reference's answers have the same shapes and differ (no constant can)?"""
-        rel, seen = _rel(self.dtype), []
-        for call in self._kept_calls(name):
+    def agrees_apart(self, name, mode):
+        """Do two kept calls of `mode` agree informatively, where the reference's answers have the same shapes and differ (no constant can)?"""
+        rel, seen = agreement(self.dtype), []
+        for call in self._kept_calls(name, mode):
             if evidence := self._evidence(name, call):
                 expected = evidence[1]
                 if any(len(e) == len(expected) and all(a.shape == b.shape for a, b in zip(e, expected, strict=True))
@@ -173,10 +250,33 @@ class CallLog:
                 seen.append(expected)
         return False
 
+    def informative_in(self, name, mode):
+        """Is any kept call of `mode` informative under some version of the reference, whatever the function answered there?"""
+        return any(self._informative(name, call, version) for call in self._kept_calls(name, mode) for version in self.versions(name))
+
+    def _informative(self, name, call, version):
+        """Is the kept call informative under `version` of the reference? Judged once per call and version (its moves are drawn at
+        random), so that the evidence and a mode's having no informative call read the same verdict."""
+        verdicts = call.setdefault("informative", {})
+        index = self.versions(name).index(version)
+        if index not in verdicts:
+            expected = _answer(version, call["args"])
+            verdicts[index] = expected is not None and informative(version, call["args"], expected, agreement(self.dtype), self.rng)
+        return verdicts[index]
+
     def versions(self, name):
         if name not in self._versions:
             self._versions[name] = references(self.reference, name, self.declarations) if self.reference else []
         return self._versions[name]
+
+    def mode_of(self, name, args):
+        if name not in self._optional:
+            self._optional[name] = optional_params(self.reference, name)
+        return mode_of(name, args, self._optional[name])
+
+    def modes_used(self, name, invariants):
+        """The modes the given invariants called `name` in."""
+        return set().union(*(self.modes.get((name, inv), ()) for inv in invariants))
 
     def _fits(self, name, size, freed=0):
         return (size <= ITEM_BYTES and self.bytes.get(name, 0) + size - freed <= FUNCTION_BYTES
@@ -185,7 +285,9 @@ class CallLog:
     def record(self, name, args, answer):
         if name not in CHECKED or self.current is None:
             return
-        entry = self.samples.setdefault((name, self.current), [0, []])
+        mode = self.mode_of(name, args)
+        self.modes.setdefault((name, self.current), set()).add(mode)
+        entry = self.samples.setdefault((name, self.current, mode), [0, []])
         seen, kept = entry
         entry[0] = seen + 1
         size = _nbytes(args) + _nbytes(answer)
@@ -195,24 +297,24 @@ class CallLog:
         freed = _nbytes((kept[slot]["args"], kept[slot]["answer"])) if slot < len(kept) else 0
         if not self._fits(name, size, freed):
             return
-        call = {"args": args, "answer": _kept(answer), "evidence": None}
+        call = {"args": args, "answer": _kept(_judged(name, args, answer)), "mode": mode, "evidence": None}
         self.bytes[name] = self.bytes.get(name, 0) + size - freed
         if slot < len(kept):
             kept[slot] = call
         else:
             kept.append(call)
 
-    def _kept_calls(self, name):
-        return [call for (fn, _), (_, kept) in self.samples.items() if fn == name for call in kept]
+    def _kept_calls(self, name, mode=None):
+        return [call for (fn, _, m), (_, kept) in self.samples.items() if fn == name and mode in (None, m) for call in kept]
 
     def _evidence(self, name, call):
         """(version, its answer) for a kept call on which `name` agrees informatively with the reference, else False (cached)."""
         if call["evidence"] is None:
             call["evidence"] = False
-            got, rel = _arrays(call["answer"]), _rel(self.dtype)
+            got, rel = _arrays(call["answer"]), agreement(self.dtype)
             for version in self.versions(name):
                 expected = _answer(version, call["args"])
-                if expected is not None and _close(got, expected, rel) and informative(version, call["args"], expected, rel, self.rng):
+                if expected is not None and _close(got, expected, rel) and self._informative(name, call, version):
                     call["evidence"] = (version, expected)
                     break
         return call["evidence"]
@@ -220,41 +322,48 @@ class CallLog:
     def probe_due(self, name):
         """("near", call) or ("again", call): a kept call of `name` to ask about now, among the invariant's own calls, or None.
 
-        A nearby probe as soon as a call agrees informatively, until one agrees nearby too (NEAR_PROBES at most);
-        the repeat and the moved call at random (PROBE_RATE), PROBES of them per function.
+        A nearby probe as soon as a call agrees informatively, until one of its mode agrees nearby too (NEAR_PROBES
+        at most per mode); the repeat and the moved call at random (PROBE_RATE), PROBES of them per function.
         """
         if name not in CHECKED or self.current is None:
             return None
         kept = self._kept_calls(name)
-        asked = self.near.setdefault(name, [0, 0])
-        if not self.computes(name) and asked[0] < NEAR_PROBES:
-            for call in kept:
-                if not call.get("near") and next(_float_leaves(call["args"]), None) is not None and self._evidence(name, call):
-                    call["near"] = True
-                    return "near", call
+        for call in kept:
+            asked = self.near.setdefault((name, call["mode"]), [0, 0])
+            if (not asked[1] and asked[0] < NEAR_PROBES and not call.get("near") and next(_float_leaves(call["args"]), None) is not None
+                    and self._evidence(name, call)):
+                call["near"] = True
+                return "near", call
         if kept and len(self.probes.get(name, ())) < PROBES and self._random.random() < PROBE_RATE:
             return "again", self._random.choice(kept)
         return None
 
     def answered_near(self, name, call, nearby, answer):
-        """Count a nearby probe's answer: does it agree with the reference there, where the reference has moved?"""
+        """Count a nearby probe's answer: does it agree with the reference there, where the reference has moved by more than twice
+        the tolerance (so that no answer within it of the first is within it of the second)? A point where the reference has not
+        moved that far says nothing, and the call may be asked again at another (NEAR_PROBES per mode in all)."""
         version, expected = call["evidence"]
-        rel = _rel(self.dtype)
+        rel = agreement(self.dtype)
         there = _answer(version, nearby)
-        self.near[name][0] += 1
-        if answer is not None and there is not None and not _close(there, expected, rel) and _close(_arrays(answer), there, rel):
-            self.near[name][1] += 1
+        asked = self.near[(name, call["mode"])]
+        asked[0] += 1
+        if there is None or _close(there, expected, 2 * rel):
+            call["near"] = False
+        elif answer is not None and _close(_arrays(_judged(name, nearby, answer)), there, rel):
+            asked[1] += 1
 
     def probed(self, name, args, answer, again, moved, moved_answer):
         size = _nbytes(args) + _nbytes(answer) + _nbytes(again) + _nbytes(moved) + _nbytes(moved_answer)
         if self._fits(name, size):
             self.bytes[name] = self.bytes.get(name, 0) + size
-            self.probes.setdefault(name, []).append((args, answer, _kept(again), moved, _kept(moved_answer)))
+            self.probes.setdefault(name, []).append((args, answer, _kept(_judged(name, args, again)), moved,
+                                                     _kept(_judged(name, moved, moved_answer))))
 
-    def calls(self, name, invariants=None):
-        """[(args, answer)] of `name` during the given invariants (all, for None), at most PER_FUNCTION, in the order they ran."""
-        out = [(call["args"], call["answer"]) for (fn, inv), (_, kept) in self.samples.items()
-               if fn == name and (invariants is None or inv in invariants) for call in kept]
+    def calls(self, name, invariants=None, mode=None):
+        """[(args, answer)] of `name` during the given invariants (all, for None), in `mode` (any, for None), at most PER_FUNCTION,
+        in the order they ran."""
+        out = [(call["args"], call["answer"]) for (fn, inv, m), (_, kept) in self.samples.items()
+               if fn == name and (invariants is None or inv in invariants) and mode in (None, m) for call in kept]
         return out[:PER_FUNCTION]
 
 
@@ -293,7 +402,7 @@ def references(reference, name, declarations=None):
             args = list(args)
             if positional_eps is not None and declared_eps is not None and len(args) > positional_eps:
                 args[positional_eps] = declared_eps  # it always uses the eps it declares, whatever it is passed
-            return fn(*args, **options)
+            return _judged(name, args, fn(*args, **options))
         return call
     return [version(dict(zip(keywords, combo, strict=True))) for combo in itertools.product(*(choices[k] for k in keywords))]
 
@@ -328,8 +437,12 @@ def _with(value, path, new):
 
 
 def informative(version, args, expected, rel, rng):
-    """Does moving any one float input of the call by STEP of its size move the reference's answer by more than rel?"""
+    """Does moving any one float input of the call by STEP of its size move the reference's answer by more than rel, where that answer
+    is more than 2·rel from the call's first float input (so that neither the identity nor code within rel of it agrees)?"""
     args = _as64(args)
+    first = next(_float_leaves(args), None)
+    if first is not None and expected and first[1].shape == expected[0].shape and _close([first[1]], expected[:1], 2 * rel):
+        return False
     for path, a in _float_leaves(args):
         finite = np.isfinite(a)
         size = float(np.abs(a[finite]).mean()) if finite.any() else 0.0
@@ -390,7 +503,7 @@ def perturbed(args, rng):
 
 def kind_of(calls, probes, version, dtype):
     """'identity', 'not_finite', 'random', 'constant' or None, from the passed invariants' calls and the probes asked among them."""
-    rel = _rel(dtype)
+    rel = agreement(dtype)
     seen = [(args, _arrays(answer), ref) for args, answer in calls if (ref := _answer(version, args)) is not None]
     informative_calls = same = 0
     for args, got, ref in seen:
@@ -426,28 +539,50 @@ def kind_of(calls, probes, version, dtype):
 
 
 def judge(name, log, held, dtype):
-    """(kind, why) for a function that has not been shown to compute `name`, or None for one that has.
+    """({"kind", "why", "modes"}, unshown) for a function not shown to compute `name` in every mode the passed invariants called it
+    in, or None.
 
-    held: the invariants that passed (the kinds are read from their calls). The kind is
-    "disagrees" (or "unchecked", with no call to judge) unless constant, identity, not finite or
-    random says more. It asks the submission nothing.
+    held: the invariants that passed (the kinds are read from their calls). unshown: the modes it
+    was not shown to compute in (a passed invariant that called it in one of them earns nothing),
+    or None where a kind (constant, identity, not finite, random) holds, which costs every mode;
+    "modes" says them in words ([]: every mode). The kind is "disagrees" (or "unchecked", with no
+    call of the mode to judge) unless a kind says more. It asks the submission nothing.
     """
     versions = log.versions(name)
-    rel = _rel(dtype)
-    disagreed, judged = disagreements(log.calls(name), versions, rel)
+    rel = agreement(dtype)
     kind = kind_of(log.calls(name, held), log.probes.get(name, []), versions[0], dtype) if versions else None
-    everywhere = judged >= MIN_EVIDENCE and disagreed == 0  # on this run's inputs it is the reference, informative or not
-    computes = everywhere or log.computes(name) or log.agrees_apart(name)
-    if computes and kind is None:
+    every_mode = log.modes_used(name, {inv for fn, inv in log.modes if fn == name})
+    counts = {mode: disagreements(log.calls(name, mode=mode), versions, rel) for mode in every_mode}  # (disagreed, judged)
+    shown = {mode: (judged >= MIN_EVIDENCE and disagreed == 0)  # on this run's inputs it is the reference, informative or not
+             or log.computes(name, mode) or log.agrees_apart(name, mode) for mode, (disagreed, judged) in counts.items()}
+    unshown = []  # (mode, disagreed, judged) of the modes the held invariants used and it was not shown to compute in
+    for mode in sorted(log.modes_used(name, held), key=repr):
+        disagreed, judged = counts[mode]
+        # where no call of the mode is informative (every key hidden, one key), agreeing there is all any code can show
+        moot = any(shown.values()) and judged and not disagreed and not log.informative_in(name, mode)
+        if not (shown[mode] or moot):
+            unshown.append((mode, disagreed, judged))
+    if kind is None and not unshown:
         return None
-    asked = log.near.get(name, [0, 0])[0]
-    if judged == 0:
-        kind = kind or "unchecked"
-        evidence = f"no call of {name} in this run could be compared with the reference"
+    if unshown:
+        mode, disagreed, judged = unshown[0]
+        setting = describe_mode(mode, every_mode)
     else:
-        kind = kind or "disagrees"
-        evidence = f"{name} disagreed with the reference on {disagreed} of {judged} of the run's own inputs"
-        if not computes:
+        setting, (disagreed, judged) = "", disagreements(log.calls(name), versions, rel)
+    subject = f"{name} with {setting}" if setting else name
+    if judged == 0:
+        evidence = f"no call of {subject} in this run could be compared with the reference"
+    else:
+        evidence = f"{name} disagreed with the reference on {disagreed} of {judged} of the run's own inputs{' with ' + setting if setting else ''}"
+        if unshown:
+            asked = log.near.get((name, mode), [0, 0])[0]
             evidence += (f", and agreed near none of them where every input matters ({asked} asked)" if asked else
                          ", and agreed on none where every input matters")
-    return kind, f"{WHY[kind].format(name=name)}: {evidence}, so this property says nothing about it (0 points; docs/gate.md)"
+    if others := [describe_mode(m, every_mode) for m, _, _ in unshown[1:]]:
+        evidence += f" (nor was it shown to compute with {'; '.join(others)})"
+    verdict = kind or ("unchecked" if judged == 0 else "disagrees")
+    why = f"{WHY[verdict].format(name=subject)}: {evidence}, so this property says nothing about it (0 points; docs/gate.md)"
+    if kind or not any(shown.values()):  # a function that computes in no mode earns nothing, for a law that gave it no call too
+        return {"kind": verdict, "why": why, "modes": []}, None
+    return ({"kind": verdict, "why": why, "modes": sorted(filter(None, (describe_mode(m, every_mode) for m, _, _ in unshown)))},
+            frozenset(m for m, _, _ in unshown))

@@ -27,13 +27,14 @@ from types import SimpleNamespace
 from hypothesis import settings as hypothesis_settings
 
 from invariants.boundary import to_numpy
-from invariants.conventions import CONVENTIONS, read_declarations
-from invariants.gate import confine, degenerate, similarity
+from invariants.conventions import CONVENTIONS, read_declarations, rounding_dtype
+from invariants.gate import bitwise, confine, degenerate, similarity
 from invariants.gate import result as R
-from invariants.gate.sandbox import Worker, WorkerLost
+from invariants.gate.sandbox import Worker, WorkerLost, read_capture
 from invariants.gate.scan import Reach, scan_files
+from invariants.gate.secret import CourseSecret, SecretError, course_secret, kept_path
 from invariants.gate.submission import SubmissionError, materialise
-from invariants.gate.text import clean_output
+from invariants.gate.text import QUOTED_CHARS, clean_output, cut_output, quoted
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError, OutputError
 from invariants.repro import repro_source, repro_stem
@@ -46,12 +47,6 @@ def derive_seed(secret, submission_sha256):
     """A 64-bit hypothesis seed from a course secret and a submission's hash (HMAC-SHA256)."""
     key = secret.encode() if isinstance(secret, str) else secret
     return int.from_bytes(hmac.new(key, submission_sha256.encode(), hashlib.sha256).digest()[:8], "big")
-
-
-def secret_fingerprint(secret):
-    """A short, non-reversible name for a secret, so staff can tell which one a report used."""
-    key = secret.encode() if isinstance(secret, str) else secret
-    return hashlib.sha256(b"invariants-gate:" + key).hexdigest()[:12]
 
 
 # -- the implementation the invariants call ----------------------------------------------------
@@ -175,15 +170,15 @@ class WorkerTransport:
 # -- grading ------------------------------------------------------------------------------------
 
 
-def _settings(assignment, seed):
+def _settings(assignment):
     base = profile_settings(assignment.profile)
     extra = {"max_examples": assignment.max_examples} if assignment.max_examples else {}
-    return hypothesis_settings(base, database=None, deadline=None, derandomize=seed is None, print_blob=True, **extra)
+    return hypothesis_settings(base, database=None, deadline=None, derandomize=False, print_blob=True, **extra)  # seeded, never derandomized
 
 
 def _record(inv_result, status, reason, details="", examples=0):
-    """Set an invariant's status and what goes with it: the one place the grading loop sets a status."""
-    inv_result.status, inv_result.reason, inv_result.details, inv_result.examples = status, reason, details, examples
+    """Set an invariant's status and what goes with it: the one place the grading loop sets a status (its words capped: text.quoted)."""
+    inv_result.status, inv_result.reason, inv_result.details, inv_result.examples = status, quoted(reason), quoted(details), examples
     inv_result.score = inv_result.max_score if status == "passed" else 0.0
 
 
@@ -201,9 +196,17 @@ def _record_outcome(inv_result, outcome, impl, source_name):
         _record(inv_result, "skipped", f"did not run: {outcome.reason}; a required invariant that does not run is not a pass")
     else:
         _record(inv_result, outcome.status, outcome.reason, outcome.report, outcome.examples_to_failure or 0)
-        if outcome.calls:
+        inv_result.lost = outcome.lost or ""
+        inv_result.measured = outcome.measured  # what the diagnosis reads: figures, never the words above
+        if outcome.calls and _quotable(outcome):  # a replay quotes answers whole, to compare them: none for text too long to quote
             npz = f"{repro_stem(outcome.invariant)}.npz"
             inv_result.repro, inv_result.repro_arrays = repro_source(outcome, impl, target=source_name, npz_name=npz)
+
+
+def _quotable(outcome):
+    """Whether a failure's words and text answers are short enough to quote whole (text.QUOTED_CHARS), as its repro script must."""
+    texts = [outcome.problem, *(answer for _, _, answer in outcome.calls if isinstance(answer, str))]
+    return all(len(text) <= QUOTED_CHARS for text in texts)
 
 
 def _evidence(items):
@@ -219,6 +222,8 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
           progress=None):
     """Grade one submission (a path) against an Assignment; a GradeResult, whatever the submission does.
 
+    seed: a fixed seed (reproducing a report's); else secret (a str, or an invariants.gate.secret.CourseSecret) seeds each
+    submission, and without one the course's secret does (invariants.gate.secret.course_secret: never derandomized).
     hidden: more host paths the worker must not see (a batch's folder, the reports); cohort: the
     batch's other submissions' fingerprints (invariants.gate.similarity), when the batch compares them;
     progress: called as progress(result, inv_result, seconds_left) before each invariant runs.
@@ -245,7 +250,7 @@ def grade(submission, assignment, *, seed=None, secret=None, scratch_root=None, 
         _grade_into(result, submission, assignment, scratch, seed, secret, start, hidden, progress, sessions=sessions)
     except Exception as exc:  # noqa: BLE001 - the gate's own failure still gets a report
         result.verdict = R.GATE_ERROR
-        result.reason = f"the gate failed: {type(exc).__name__}: {exc}"
+        result.reason = f"the gate failed: {type(exc).__name__}: {quoted(str(exc))}"
         result.output["gate_traceback"] = traceback.format_exc()[-4000:]
     finally:
         for session in sessions:
@@ -271,23 +276,34 @@ _INSTALL_PATHS = sorted(
 
 
 def _collect_output(result, scratch, starts, cap):
+    """Each stream's captured output of every worker start, as its head and tail of at most `cap` bytes in all (read in place:
+    a flood is never loaded whole) with the middle counted; the byte count is the whole's (as written, where it was cut)."""
     for stream in ("stdout", "stderr"):
         parts = []
         for generation in range(1, starts + 1):
             path = scratch / "capture" / f"{stream}.{generation}.txt"
-            data = path.read_bytes() if path.exists() else b""
-            if data:
-                parts.append((f"[worker start {generation}]\n".encode() if starts > 1 else b"") + data)
-        data = b"".join(parts).replace(str(scratch).encode(), b"<scratch>")  # the same report on every run ...
-        for place, name in _INSTALL_PATHS:  # ... and on every machine, whichever environment runs the gate
-            data = data.replace(place.encode(), name.encode())
-        result.output[f"{stream}_bytes"] = len(data)
-        result.output[stream] = clean_output(data, cap)
+            if path.exists() and path.stat().st_size:
+                parts += [f"[worker start {generation}]\n".encode(), path] if starts > 1 else [path]
+        size, head, tail = read_capture(parts, cap // 2)
+        if tail is None:
+            head = _portable(head, scratch)
+            result.output[f"{stream}_bytes"], result.output[stream] = len(head), clean_output(head, cap)
+        else:
+            result.output[f"{stream}_bytes"] = size
+            result.output[stream] = cut_output(_portable(head, scratch), _portable(tail, scratch), size - len(head) - len(tail))
+
+
+def _portable(data, scratch):
+    """Captured bytes with the scratch folder and the install's paths named, not written out: the same report on every run and machine."""
+    data = data.replace(str(scratch).encode(), b"<scratch>")
+    for place, name in _INSTALL_PATHS:
+        data = data.replace(place.encode(), name.encode())
+    return data
 
 
 def _not_gradable(result, reason):
     result.verdict = R.NOT_GRADABLE
-    result.reason = reason
+    result.reason = quoted(reason)
     for inv in result.invariants:
         if inv.status == "not_run":
             inv.reason = "not run: the submission could not be graded"
@@ -302,13 +318,21 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
         _not_gradable(result, str(exc))
         return None
     result.submission.update(kind=layout.kind, sha256=layout.sha256, entry=layout.entry, files=list(layout.files))
+    key = None
     if seed is not None:
         result.seed = {"mode": "fixed", "value": int(seed)}
-    elif secret:
-        seed = derive_seed(secret, layout.sha256)
-        result.seed = {"mode": "secret", "value": seed, "secret_fingerprint": secret_fingerprint(secret)}
     else:
-        result.seed = {"mode": "derandomized", "value": None}
+        try:
+            key = secret if isinstance(secret, CourseSecret) else CourseSecret(secret, "given") if secret else course_secret(assignment)
+        except SecretError as exc:
+            result.verdict, result.reason = R.GATE_ERROR, str(exc)
+            return
+        if key is None:  # a --visible-only preview without the course's secret: a fresh seed, never a grade of record
+            seed = int.from_bytes(os.urandom(8), "big")
+            result.seed = {"mode": "random", "value": seed}
+        else:
+            seed = derive_seed(key.value, layout.sha256)
+            result.seed = {"mode": "secret", "value": seed, "secret_fingerprint": key.fingerprint, "secret_source": key.source}
     result.evidence = scan_files(layout.root, layout.python_files(), forbidden=assignment.forbidden, blocked=set(BLOCKED_PACKAGES),
                                  shipped=set(confine.SHIPPED_MODULES))
     _compare_code(result, layout, assignment)
@@ -316,7 +340,7 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
     backend = assignment.backend if assignment.backend != "any" else None
     tool = confine.choose(assignment.tool)
     source = Path(str(submission)).resolve()
-    hidden = [assignment.path, assignment.secret_file, str(source), str(source.parent), *hidden]
+    hidden = [assignment.path, assignment.secret_file, str(kept_path()), key and key.path, str(source), str(source.parent), *hidden]
     session = Session(layout, assignment, scratch, backend, start + assignment.limits.run_seconds, tool=tool, hidden=hidden)
     sessions.append(session)  # grade() stops it, whatever happens next
     loaded = session.start()
@@ -342,20 +366,22 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
     try:
         import reference.numpy as reference
 
-        transport = WorkerTransport(session, loaded.functions, read_declarations(SimpleNamespace(**loaded.declarations)),
+        own = read_declarations(SimpleNamespace(**loaded.declarations))
+        transport = WorkerTransport(session, loaded.functions, assignment.graded_under(own),
                                     seed=result.seed["value"], reference=reference, dtype=assignment.dtype)
         impl = Implementation(transport=transport, label=f"submission {Path(str(submission)).name}", backend=backend,
                               device=assignment.device, dtype=assignment.dtype)
     except (ImplementationLoadError, ValueError) as exc:
         _not_gradable(result, str(exc))
         return
-    result.submission["declarations"] = dict(impl.declarations)
-    refused = assignment.refused_declaration(impl.declarations)
+    result.submission["declarations"] = dict(own)
+    result.submission["rounding"] = rounding_dtype(impl)  # the rounding its answers are held to (COMPUTE_DTYPE, [assignment] rounding)
+    refused = assignment.refused_declaration(own)
     if refused:
         _not_gradable(result, refused)
         return
 
-    settings = _settings(assignment, seed if result.seed["mode"] != "derandomized" else None)
+    settings = _settings(assignment)
     losses = 0
     absent = set()  # protocol functions that required invariants need and the submission lacks
     stopped = None  # why the remaining invariants are not run
@@ -391,6 +417,7 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
                 stopped = f"not run: the worker was lost {losses} times (the limit is {assignment.limits.max_worker_losses})"
     result.submission["missing_functions"] = sorted(absent)
     _vacuous(result, by_name, transport, assignment)
+    result.bitwise = bitwise.evidence(transport.log)
     _void_forbidden(result, by_name, layout, session, assignment)
     _void_copied(result, assignment)
     _verdict(result, assignment)
@@ -400,7 +427,8 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
 
 
 def _vacuous(result, by_name, transport, assignment):
-    """Passed invariants that call a function not shown to compute its component (invariants.gate.degenerate) become "vacuous", 0 points.
+    """Passed invariants that call a function not shown to compute its component in the modes they called it in
+    (invariants.gate.degenerate) become "vacuous", 0 points.
 
     The judge reads the calls and probes recorded while the invariants ran and asks the
     submission nothing more, so it is made whatever the run's clock says.
@@ -408,14 +436,15 @@ def _vacuous(result, by_name, transport, assignment):
     passed = [r for r in result.invariants if r.status == "passed"]
     needed = sorted({f for r in passed for f in by_name[r.name].invariant.requires if f in degenerate.CHECKED})
     held = {r.name for r in passed}
-    found = {}
+    log, found, unshown = transport.log, {}, {}  # unshown: function -> the modes it was not shown to compute in (None: every mode)
     for name in needed:
-        verdict = degenerate.judge(name, transport.log, held, assignment.dtype)
+        verdict = degenerate.judge(name, log, held, assignment.dtype)
         if verdict is not None:
-            found[name] = {"kind": verdict[0], "why": verdict[1]}
+            found[name], unshown[name] = verdict
     result.submission["degenerate"] = found
     for r in passed:
-        hit = [f for f in by_name[r.name].invariant.requires if f in found]
+        hit = [f for f in by_name[r.name].invariant.requires
+               if f in found and (unshown[f] is None or log.modes_used(f, {r.name}) & unshown[f])]
         if hit:
             _void(r, "vacuous", found[hit[0]]["why"])
 
@@ -478,7 +507,6 @@ def _void_copied(result, assignment):
 
 
 def _verdict(result, assignment):
-    result.score = sum(inv.score for inv in result.invariants)
     by_status = {}
     for inv in result.invariants:
         by_status.setdefault(inv.status, []).append(inv.name)
