@@ -66,7 +66,9 @@ def softmax(x, axis=-1):
     with np.errstate(invalid="ignore"):  # a row of -inf alone (every key masked) is NaN: -inf - -inf
         e = np.asarray(x - x.max(axis=axis, keepdims=True), dtype=np.result_type(x, np.float16))  # a new array of floats
     np.exp(e, out=e)  # a masked -inf becomes exactly 0 here
-    e /= e.sum(axis=axis, keepdims=True)
+    # Times the reciprocal, not divided: within an ulp of the division, and it rounds unlike the textbook code, so a submission
+    # answering with this code's bits shows (invariants.gate.bitwise, evidence of a copy that hides its source).
+    e *= 1 / e.sum(axis=axis, keepdims=True)
     return e
 
 
@@ -97,7 +99,7 @@ def layer_norm(x, gain, bias, eps=EPS):
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     centred = x - mean  # (..., d)
     var = (centred * centred).mean(axis=-1, keepdims=True)  # (..., 1)
-    return centred / np.sqrt(var + eps) * gain + bias
+    return centred * (1 / np.sqrt(var + eps)) * gain + bias  # times the reciprocal, as in softmax: bits unlike the textbook's
 
 
 def rms_norm(x, gain, eps=EPS):
