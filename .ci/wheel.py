@@ -22,8 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOP_LEVEL = {"invariants", "reference", "strategies"}  # what the wheel installs
-DATA = ("invariants/py.typed", "strategies/py.typed", "invariants/signatures.json",  # the markers and the data the package reads
-        "invariants/accounting/configs/gpt2.json", "invariants/gate/assignments/p01.toml")
+DATA = ("invariants/py.typed", "strategies/py.typed", "reference/py.typed",  # the markers and the data the package reads
+        "invariants/signatures.json", "invariants/accounting/configs/gpt2.json", "invariants/gate/assignments/p01.toml")
 INVARIANT = "layer_norm_known_values"  # one invariant, a second or two on reference.numpy
 SUBMISSION = ROOT / "examples" / "submissions" / "good_student"  # passes P01 (examples/reports/good_student)
 

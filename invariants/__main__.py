@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from invariants.pipes import quiet_when_reader_leaves
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
 
@@ -47,6 +48,7 @@ def protocol_markdown(version):
     return "\n".join(lines) + "\n"
 
 
+@quiet_when_reader_leaves
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m invariants", description="Print the invariant catalogue.")
     parser.add_argument("--names", action="store_true", help="one invariant name per line instead of Markdown tables")

@@ -160,22 +160,24 @@ def _refuse(config, flag, value, problem):
 
 
 def _cuda_missing(device):
+    """Why a torch run cannot have `device` on this machine (no torch, no CUDA, or no such GPU), or None."""
     if not device.startswith("cuda"):
         return None
     try:
         import torch
     except ImportError:
-        return f"--impl-device {device} needs torch, which is not installed"
+        return "needs torch, which is not installed"
     if not torch.cuda.is_available():
-        return f"--impl-device {device} requested, but torch.cuda.is_available() is False on this machine: CUDA invariants NOT run"
+        return "cannot run here: torch.cuda.is_available() is False on this machine; use cpu, or run where a GPU is"
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        return f"cannot run here: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
     return None
 
 
 class _Selection:
-    """The implementation and profile chosen for this run, loaded once; pytest.UsageError for an option it cannot take.
-
-    Only CUDA asked of a torch implementation on a machine without it is no error: a loud skip of every invariant.
-    """
+    """The implementation and profile chosen for this run, loaded once; pytest.UsageError for an option it cannot take
+    (CUDA on a machine without it included: a run that skipped every invariant would look like one that passed)."""
 
     def __init__(self, config):
         from invariants.examples_db import ExamplesDatabaseError, open_database
@@ -203,6 +205,9 @@ class _Selection:
             if self.backend == "numpy" and self.dtype == "bfloat16":
                 _refuse(config, "--impl-dtype", self.dtype, f"cannot run {self.target}, a numpy implementation: numpy has no bfloat16; "
                         "choose float64, float32 or float16, or a torch implementation")
+            unreachable = _cuda_missing(self.device)
+            if unreachable:
+                _refuse(config, "--impl-device", self.device, unreachable)
             self.impl = Implementation(namespace, label=self.target, backend=self.backend, device=self.device, dtype=self.dtype)
         except ImplementationLoadError as exc:
             _refuse(config, "--impl", self.target, f"cannot be loaded: {exc}")
@@ -212,7 +217,11 @@ class _Selection:
         except ExamplesDatabaseError as exc:
             _refuse(config, "--examples-db", address, f"cannot be opened: {exc}")
         self.settings = sharing(self.profile, self.database) if self.database is not None else profile_settings(self.profile)
-        self.skip_reason = _cuda_missing(self.device)
+
+    def misspelt(self):
+        """[] or the one warning line for functions whose names nearly spell protocol functions (invariants.protocol.near_misses)."""
+        note = self.impl.misspelt()
+        return [f"WARNING: in {self.target}, {note} (the invariants that need it are skipped)"] if note else []
 
     def describe(self):
         declared = ", ".join(f"{k} = {v!r}" for k, v in self.impl.declarations.items())
@@ -238,9 +247,7 @@ def pytest_report_header(config):
              f"invariants profile {chosen.profile}"]
     if chosen.database is not None:
         lines.append(f"transformer-invariants: shared example database {chosen.database!r}")
-    if chosen.skip_reason:
-        lines.append(f"WARNING: {chosen.skip_reason}; every invariant will be SKIPPED")
-    return lines
+    return lines + chosen.misspelt()
 
 
 def _plural(count, noun):
@@ -253,6 +260,8 @@ def pytest_terminal_summary(terminalreporter):
             if getattr(report, "when", None) == "call" and "invariant_status" in dict(getattr(report, "user_properties", ()))]
     if not runs:
         return
+    for line in selection(terminalreporter.config).misspelt():  # again at the end, where a run under -q (no header) says it
+        terminalreporter.write_line(line)
     by_status = {status: [r for r in runs if r["invariant_status"] == status] for status in ("passed", "failed", "error", "skipped")}
     parts = [f"{_plural(len(by_status['passed']), 'invariant')} passed"]
     parts += [f"{len(by_status[s])} {s if s != 'error' else 'could not be evaluated'}" for s in ("failed", "error") if by_status[s]]
@@ -340,7 +349,7 @@ class _JsonRecord:
             "format": JSON_FORMAT, "version": JSON_VERSION,
             "implementation": repr(chosen.impl), "target": chosen.target, "backend": chosen.backend,
             "device": chosen.device, "dtype": chosen.dtype, "profile": chosen.profile,
-            "declared": dict(chosen.impl.declarations), "not_loaded": chosen.skip_reason,
+            "declared": dict(chosen.impl.declarations),
             "summary": {status: sum(e["status"] == status for e in invariants) for status in ("passed", "failed", "error", "skipped")},
             "invariants": invariants,
         }
@@ -366,10 +375,7 @@ class _JsonRecord:
 @pytest.fixture(scope="session")
 def impl(request):
     """The implementation under test (an invariants.protocol.Implementation)."""
-    chosen = selection(request.config)
-    if chosen.skip_reason:
-        pytest.skip(chosen.skip_reason)
-    return chosen.impl
+    return selection(request.config).impl
 
 
 @pytest.fixture(scope="session")

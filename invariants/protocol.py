@@ -13,6 +13,7 @@ the implementation runs on and whichever process it runs in.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -37,7 +38,7 @@ from invariants.boundary import (
     to_numpy,
     where,
 )
-from invariants.conventions import read_declarations, returns_weights
+from invariants.conventions import read_declarations, returns_weights, rounding_dtype
 from invariants.tolerance import DTYPES, Tolerance, tolerance_for
 
 PROTOCOL_VERSION = 2
@@ -171,7 +172,7 @@ width H·D and H_kv·D: transformers' `Olmo2Attention`); it is another function,
 `qk_norm.head_rescaling_invariant` and `qk_norm.agrees_with_reference` if adapted with the gains tiled
 (tests/test_qk_norm.py). Gemma 3 multiplies by (1 + w): an adapter passes w = gain − 1. The declarations it honours:
 `ROPE_PAIRING`, `ROPE_THETA`, `RMS_NORM_EPS`, `ATTENTION_WEIGHTS = False` (`qk_norm.weights_bounded_below` is then
-skipped) and `COMPUTE_DTYPE = "float32"` (a float64 run skips the four laws held to rounding: `agrees_with_reference`,
+skipped) and `COMPUTE_DTYPE = "float32"` (a float64 run holds the four laws held to rounding to float32's: `agrees_with_reference`,
 `relative_positions`, `repeated_kv_heads`, `head_rescaling_invariant`). `invariants/adapters/qwen3.py` puts transformers'
 `Qwen3Attention` behind it.
 """
@@ -494,11 +495,13 @@ class ImplementationLoadError(Exception):
 
 
 class ImplementationError(Exception):
-    """A protocol function raised, or could not be called with the protocol's arguments."""
+    """A protocol function raised, or could not be called with the protocol's arguments; `refused`: a law reads it as a refusal of the
+    input (a decode split the implementation would not take), not a crash."""
 
-    def __init__(self, message, original=None):
+    def __init__(self, message, original=None, *, refused=False):
         super().__init__(message)
         self.original = original
+        self.refused = refused
 
 
 class TransportLost(BaseException):  # noqa: N818 - a BaseException, so hypothesis stops at once instead of shrinking
@@ -566,6 +569,7 @@ class Implementation:
             raise ImplementationLoadError(f"{label}: {exc}") from None
         self.namespace = namespace
         self.functions = self.transport.functions  # the protocol functions it provides (names)
+        self.near_misses = near_misses(namespace, self.functions) if namespace is not None else {}  # {'attentoin': 'attention'}
         self.declarations = self.transport.declarations  # {convention: value} (invariants.conventions)
         self.in_process = self.transport.in_process
         self.calls: list[tuple[str, Any, Any]] | None = None  # records (name, args, answer) while the runner asks for it (repro scripts)
@@ -585,15 +589,21 @@ class Implementation:
 
     @property
     def tolerance(self) -> Tolerance:
-        """The comparison tolerance for this implementation's dtype."""
-        return tolerance_for(self.dtype)
+        """The comparison tolerance for the rounding this implementation's answers carry (invariants.conventions.rounding_dtype)."""
+        return tolerance_for(rounding_dtype(self))
 
     def missing(self, names: Iterable[str]) -> str | None:
         """A skip reason naming the protocol functions this implementation lacks, or None."""
         absent = [name for name in names if name not in self.functions]
         if not absent:
             return None
-        return f"{self.label} does not provide {', '.join(absent)} (protocol v{PROTOCOL_VERSION})"
+        misspelt = self.misspelt(absent)
+        return f"{self.label} does not provide {', '.join(absent)} (protocol v{PROTOCOL_VERSION})" + (f"; {misspelt}" if misspelt else "")
+
+    def misspelt(self, names: Iterable[str] = tuple(FUNCTIONS)) -> str:
+        """'' or what this implementation defines in place of protocol functions in `names` it lacks, nearly spelt (near_misses):
+        "attentoin is no protocol function: did you mean attention?"."""
+        return "; ".join(f"{got} is no protocol function: did you mean {want}?" for got, want in self.near_misses.items() if want in names)
 
     # -- conversion (one place: invariants.boundary) ---------------------------------------------
 
@@ -644,6 +654,21 @@ class Implementation:
                 raise AttributeError(f"{self.label} does not provide {name}")
             return lambda *args: self.call(name, *args)
         raise AttributeError(name)
+
+
+MISSPELT_FROM = 0.85  # difflib's ratio from which a name reads as a protocol name misspelt: attentoin 0.89, layernorm 0.95; silu 0.8
+
+
+def near_misses(namespace: object, provided: Iterable[str]) -> dict[str, str]:
+    """{name: the protocol function it nearly spells} for the public callables of `namespace` within MISSPELT_FROM of a protocol function
+    it does not provide (`attentoin`: attention); helpers with other names (split_heads, causal_mask, silu) are no near miss."""
+    absent = [name for name in FUNCTIONS if name not in provided]
+    found = {}
+    for name in dir(namespace):
+        nearest = difflib.get_close_matches(name, absent, n=1, cutoff=MISSPELT_FROM) if not name.startswith("_") else []
+        if nearest and name not in FUNCTIONS and callable(getattr(namespace, name, None)):
+            found[name] = nearest[0]
+    return found
 
 
 def _import_target(target):

@@ -66,7 +66,15 @@ class Invariant:
     applies: Callable = field(default=None, repr=False)  # impl -> a reason it does not apply, or None
 
     def __call__(self, impl, case):
-        return self.check(impl, case)
+        """Run the check on one case; a failure raises with the whole report (statement, implementation, example, problem, hint) as its note,
+        for a check called from anyone's own hypothesis test (the runner calls `check` and words the report once, for the shrunk case)."""
+        from invariants.runner import IMPLEMENTATION_FAILURES, describe_case, format_failure  # the runner imports this module
+
+        try:
+            return self.check(impl, case)
+        except IMPLEMENTATION_FAILURES as exc:
+            exc.__notes__ = [*getattr(exc, "__notes__", ()), format_failure(self, impl, exc, describe_case(case, impl.dtype))]
+            raise
 
     def skip_reason(self, impl):
         """Why this invariant cannot run on impl (missing functions, another backend), or None."""

@@ -9,7 +9,7 @@ repeats every call the failing example made, with the same inputs (inline, exact
 float repr round-trips; beside it in an .npz when they are large), and prints each answer beside
 the one the suite saw, what the suite expected, the violation and the hint. It exits 1 while the
 failure reproduces (every answer is the one the suite judged failing, or a call now raises or
-answers NaN or inf), 0 once the answers changed, 2 when it cannot find its module. It compares
+answers NaN or inf), 0 once the answers changed, 2 when it cannot find or load its module (one line). It compares
 answers only: it does not re-check the property, and says so. An answer that would take the
 arrays kept past MAX_ARRAY_BYTES, or that is not plain data, is described (dtype, shape, bytes) instead of kept, and not compared.
 
@@ -20,6 +20,7 @@ docstring and comments carry the suite's own text only.
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -165,6 +166,28 @@ def repro_source(outcome, impl, *, target=None, npz_name=None):
     return source, arrays
 
 
+def portable(source):
+    """A script this module wrote, naming no folder of this machine (for a report shared beyond it): TARGET by its name alone (found
+    beside the script or in the current folder) and SEARCH None; '' for text that is not such a script."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    lines = source.splitlines(keepends=True)
+    for node in tree.body:
+        name = node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) else None
+        if name not in ("TARGET", "SEARCH") or node.value.lineno != node.value.end_lineno:
+            continue
+        if name == "TARGET":
+            where, attribute = ast.literal_eval(node.value)
+            value = repr((Path(where).name if Path(where).is_absolute() else where, attribute))
+        else:
+            value = "None"
+        line = lines[node.lineno - 1]
+        lines[node.lineno - 1] = line[:node.value.col_offset] + value + line[node.value.end_col_offset:]
+    return "".join(lines)
+
+
 def repro_stem(invariant):
     """The file name, without suffix, of an invariant's repro script: repro_attention_causal_non_leakage."""
     return "repro_" + re.sub(r"[^0-9A-Za-z]+", "_", invariant)
@@ -193,7 +216,7 @@ TEMPLATE = '''"""Counterexample to {invariant}, replayed without hypothesis or t
 
     python {{this file}} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
-Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found.
+Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found or cannot be loaded.
 
 {statement}
 """
@@ -332,7 +355,11 @@ def main(argv):
     target = given(argv[1]) if len(argv) > 1 else default_target()
     if target is None:
         return 2
-    module = load(*target)
+    try:
+        module = load(*target)
+    except Exception as exc:  # noqa: BLE001 - a module missing, or raising as it loads: nothing replayed, so nothing reproduces
+        print(f"{{Path(__file__).name}}: cannot load {{target[0]}}: {{type(exc).__name__}}: {{str(exc).partition(chr(10))[0]}}", file=sys.stderr)
+        return 2
     results = [replay(module, number, name, args, kind, seen) for number, (name, args, (kind, seen)) in enumerate(CALLS, 1)]
     print()
     for line in EXPECTED[:1]:

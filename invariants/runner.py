@@ -27,9 +27,10 @@ from hypothesis.errors import Flaky, HypothesisException
 
 from invariants import hypothesis_internals as internals
 from invariants.asserts import InvariantViolation
+from invariants.boundary import rounded
 from invariants.conventions import Declared
 from invariants.examples_db import example_key
-from invariants.protocol import ImplementationError, OutputError, TransportLost
+from invariants.protocol import FUNCTIONS, ImplementationError, OutputError, TransportLost
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -74,6 +75,7 @@ class Outcome:
     lost: str | None = None  # the transport's cause when the implementation could no longer be reached
     calls: tuple = field(default=(), repr=False)  # ((name, args, answer or exception), ...): what the failing example asked and got
     check_crashed: bool = False  # an error raised by the check's own code or hypothesis, not by the implementation
+    measured: dict = field(default_factory=dict)  # a failure's figures as data (measured_of); what reads them never parses `problem`
 
     @property
     def passed(self) -> bool:
@@ -94,23 +96,26 @@ class Case:
         return value
 
 
-def describe_value(value):
-    """Shapes and dtypes first; small arrays in full."""
+def describe_value(value, dtype=None):
+    """Shapes and dtypes first; small arrays in full. dtype: the run's, for floating arrays drawn in float64 and shown as the
+    implementation receives them (rounded to it, and named by it: bfloat16 too, which numpy holds in float32)."""
     if isinstance(value, np.ndarray):
-        head = f"{value.dtype} {tuple(value.shape)}"
+        received = dtype is not None and value.dtype.kind == "f"
+        shown = rounded(value, dtype) if received else value
+        head = f"{dtype if received else value.dtype} {tuple(value.shape)}"
         if value.size <= MAX_VALUES_SHOWN:
-            return f"{head} {np.array2string(value.ravel(), precision=6, separator=', ')}"
+            return f"{head} {np.array2string(shown.ravel(), precision=6, separator=', ')}"
         return head
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {describe_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {describe_value(v, dtype)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)) and any(isinstance(v, (np.ndarray, dict)) for v in value):
-        return f"[{len(value)} × " + describe_value(value[0]) + "]" if value else "[]"
+        return f"[{len(value)} × " + describe_value(value[0], dtype) + "]" if value else "[]"
     return repr(value)
 
 
-def describe_case(case):
-    """((label, description), ...) for a Case, () for none."""
-    return tuple((label, describe_value(value)) for label, value in case.drawn.items()) if case is not None else ()
+def describe_case(case, dtype=None):
+    """((label, description), ...) for a Case, () for none; floating arrays as a run in `dtype` receives them (describe_value)."""
+    return tuple((label, describe_value(value, dtype)) for label, value in case.drawn.items()) if case is not None else ()
 
 
 def format_failure(inv, impl, problem, example, notes=()):
@@ -151,7 +156,7 @@ class _Search:
         self.case = Case(draw)
         self.impl.calls = self.case.calls  # recorded per example: a failing one's calls become its repro
         try:
-            self.inv(self.impl, self.case)
+            self.inv.check(self.impl, self.case)  # the report is worded once, for the shrunk case (outcome)
         except IMPLEMENTATION_FAILURES as exc:
             self.first_failure = self.first_failure or (self.examples, time.perf_counter() - self.start)
             self.latest_failure = (exc, self.case)
@@ -162,7 +167,7 @@ class _Search:
     def outcome(self, status, reason, *, problem="", case=None, notes=(), **fields):
         failing = status in ("failed", "error")
         at_examples, at_seconds = self.first_failure or (self.examples, time.perf_counter() - self.start)
-        example = describe_case(case)
+        example = describe_case(case, self.impl.dtype)
         return Outcome(
             self.inv.name, status, reason, self.examples, round(time.perf_counter() - self.start, 3),
             examples_to_failure=at_examples if failing else None, seconds_to_failure=round(at_seconds, 3) if failing else None,
@@ -173,7 +178,16 @@ class _Search:
     def failure(self, exc, case, notes=()):
         status = "failed" if isinstance(exc, InvariantViolation) else "error"
         calls = tuple(getattr(case, "calls", ()) or ())
-        return self.outcome(status, str(exc).split("\n")[0], problem=exc, case=case, notes=notes, calls=calls)
+        return self.outcome(status, str(exc).split("\n")[0], problem=exc, case=case, notes=notes, calls=calls, measured=measured_of(exc, calls))
+
+
+def measured_of(exc, calls):
+    """A failure's figures as data (JSON-ready): the violation's own (invariants.asserts: check, atol, rtol, ...), whether the
+    implementation raised or refused the input instead of answering, and the windows the failing example's calls were given."""
+    windows = [args[FUNCTIONS[name].params.index("window")] for name, args, _ in calls
+               if name in FUNCTIONS and "window" in FUNCTIONS[name].params and FUNCTIONS[name].params.index("window") < len(args)]
+    return {**getattr(exc, "measured", {}), "raised": isinstance(exc, ImplementationError), "refused": bool(getattr(exc, "refused", False)),
+            "windows": [None if w is None else int(w) for w in windows]}
 
 
 def _replay_notes(exc):

@@ -107,6 +107,18 @@ def test_partial_implementation_runs_what_it_has_and_says_what_it_skipped(pytest
     result.stdout.fnmatch_lines([f"transformer-invariants: {len(rms_only)} invariants passed, * examples run (fewest *, most * per invariant)"])
 
 
+def test_a_misspelt_protocol_function_is_named_with_the_name_it_nearly_spells(pytester):
+    """`attentoin` is named (under -q too, where no header is shown) with `attention`; a helper with another name is left alone."""
+    path = pytester.path / "misspelt.py"
+    path.write_text(NORMS + "def attentoin(x, W_q, W_k, W_v, W_o, n_heads, causal):\n    return x\n\ndef split_heads(x):\n    return x\n")
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", str(path), "-k", "rms_norm_scale or causal_non_leakage",
+                                           "-p", "no:cacheprovider", "-q", "-rs")
+    warning = f"WARNING: in {path}, attentoin is no protocol function: did you mean attention? (the invariants that need it are skipped)"
+    assert result.outlines.count(warning) == 1 and "split_heads" not in result.stdout.str(), result.stdout.str()
+    result.stdout.fnmatch_lines([f"SKIPPED*{path} does not provide attention (protocol v{PROTOCOL_VERSION}); attentoin is no protocol "
+                                 "function: did you mean attention?"])
+
+
 def test_module_object_target_and_dtype_options(pytester):
     path = pytester.path / "classy.py"
     path.write_text(textwrap.dedent(
@@ -131,11 +143,12 @@ def test_module_object_target_and_dtype_options(pytester):
 @pytest.mark.skipif(torch is None, reason="needs torch")
 @pytest.mark.skipif(torch is not None and torch.cuda.is_available(),
                     reason="this machine has a GPU: the CUDA run is exercised for real by tox -e torch-cuda")
-def test_cuda_request_without_a_gpu_skips_loudly(pytester):
-    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "reference.torch", "--impl-device", "cuda", "-k", "norms", "-rs")
-    outcomes = result.parseoutcomes()
-    assert "passed" not in outcomes and outcomes["skipped"] >= 8
-    result.stdout.fnmatch_lines(["WARNING: --impl-device cuda requested, but torch.cuda.is_available() is False*every invariant will be SKIPPED"])
+@pytest.mark.parametrize("quiet", [(), ("-q",)], ids=["default", "quiet"])
+def test_cuda_asked_of_a_machine_without_it_is_one_usage_error(pytester, quiet):
+    result = pytester.runpytest_subprocess("--pyargs", "invariants", "--impl", "reference.torch", "--impl-device", "cuda", "-k", "norms",
+                                           "-p", "no:cacheprovider", *quiet)
+    _one_usage_error(result, "--impl-device='cuda' cannot run here: torch.cuda.is_available() is False on this machine; use cpu, "
+                             "or run where a GPU is")
 
 
 def test_unknown_profile_is_a_usage_error(pytester, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from invariants.__main__ import BEGIN, END, catalogue_markdown, protocol_markdown, protocol_markers
 from invariants.asserts import InvariantViolation
 from invariants.protocol import FUNCTIONS
-from invariants.registry import COMPONENTS, all_invariants
+from invariants.registry import COMPONENTS, REGISTRY, all_invariants
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,21 +70,41 @@ def test_the_default_matrix_never_reports_cuda_it_did_not_run():
         assert done.returncode != 0 and "no CUDA device here" in done.stderr, (done.returncode, done.stderr)
 
 
-def test_readme_example_runs_and_catches_a_leak():
+def _readme_example(attention):
+    """The README's own-test example with `attention` in place of my_model's, as its test function."""
     readme = (ROOT / "README.md").read_text()
     example = readme.split("## Use the strategies and checks in your own tests")[1].split("```python")[1].split("```")[0]
-    correct = example.replace("from my_model import attention", "from reference.torch import attention")
-    leaky = example.replace(
-        "from my_model import attention",
-        "import reference.torch as R\n"
-        "def attention(x, W_q, W_k, W_v, W_o, n_heads, causal):\n"
-        "    return R.attention(x, W_q, W_k, W_v, W_o, n_heads, False)  # ignores the mask",
-    )
     namespace = {}
-    exec(compile(correct, "README example", "exec"), namespace)
-    namespace["test_my_attention_does_not_leak"]()
+    exec(compile(example.replace("from my_model import attention", attention), "README example", "exec"), namespace)
+    return namespace["test_my_attention_does_not_leak"]
 
-    namespace = {}
-    exec(compile(leaky, "README example, leaky", "exec"), namespace)
+
+LEAKY_ATTENTION = ("import reference.torch as R\n"
+                   "def attention(x, W_q, W_k, W_v, W_o, n_heads, causal):\n"
+                   "    return R.attention(x, W_q, W_k, W_v, W_o, n_heads, False)  # ignores the mask")
+
+
+def test_readme_example_runs_and_catches_a_leak():
+    _readme_example("from reference.torch import attention")()
     with pytest.raises(InvariantViolation, match="should be exactly equal"):
-        namespace["test_my_attention_does_not_leak"]()
+        _readme_example(LEAKY_ATTENTION)()
+
+
+def test_a_check_called_from_ones_own_test_raises_with_the_full_report():
+    """The README promises the full report: the invariant's name and statement, the shrunk example, the problem and the hint."""
+    with pytest.raises(InvariantViolation) as failure:
+        _readme_example(LEAKY_ATTENTION)()
+    inv = REGISTRY["attention.causal_non_leakage"]
+    report = "\n".join(getattr(failure.value, "__notes__", ()))
+    assert f"{inv.name}: {inv.statement}" in report and f"hint: {inv.hint}" in report, report
+    assert "example (shrunk):\n  inputs: {x: float32 (" in report and str(failure.value).splitlines()[0] in report, report
+
+
+def test_the_readme_names_every_dtype_the_default_tox_environments_run():
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    said = " ".join((ROOT / "README.md").read_text().split()).split("`tox` runs two environments: ")[1].split("`tox -m matrix`")[0]
+    for env in (name.strip() for name in tox["tox"]["envlist"].split(",")):
+        dtypes = set(re.findall(r"--impl-dtype (\w+)", tox[f"testenv:{env}"]["commands"]))
+        described = said.split(f"`{env}` (")[1].split(")")[0]
+        assert dtypes and all(dtype in described for dtype in dtypes), (env, sorted(dtypes), described)

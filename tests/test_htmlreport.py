@@ -218,6 +218,22 @@ def test_suite_report_from_records(records, tmp_path):
     assert f"<li>{html.escape(said[0])}</li>" in text, "the HTML report names the same one (invariants.diagnosis.likely_bugs)"
 
 
+def test_a_suite_reports_repro_script_names_no_folder_of_the_machine_that_ran_it(records, tmp_path):
+    """The script finds the module by name beside it or in the current folder, and still replays the failure there."""
+    import subprocess
+    import sys
+
+    text = invariants.htmlreport.suite_html([records["dir"] / "serial" / "mask_after_softmax-numpy-float64.json"], max_repro_bytes=1 << 20)
+    script = html.unescape(re.search(r'<pre id="card-0-repro">(.*?)</pre>', text, re.S).group(1))
+    assert "<pre>python repro_attention_causal_non_leakage.py path/to/your_solution.py</pre>" in text
+    assert str(ROOT) not in script and str(records["dir"]) not in script, script
+    assert "TARGET = ('mask_after_softmax.py', '')" in script and "SEARCH = None" in script, script
+    (tmp_path / "repro.py").write_text(script)
+    (tmp_path / "mask_after_softmax.py").write_text(SUBMISSION.read_text())
+    done = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "REPRODUCES" in done.stdout, done.stderr
+
+
 def test_batch_report_from_the_gate_examples():
     report = load_batch(REPORTS)
     data = [json.loads(p.read_text()) for p in sorted(REPORTS.glob("*/report.json"))]

@@ -36,7 +36,9 @@ def test_type_checkers_see_every_lazy_name_of_the_top_level():
 
 def test_the_wheel_carries_the_markers_and_the_data():
     data = PYPROJECT["tool"]["setuptools"]["package-data"]
-    for package in ("invariants", "strategies"):
-        assert "py.typed" in data[package] and (ROOT / package / "py.typed").is_file()
+    top_level = [pattern.rstrip("*") for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]]
+    assert top_level == ["invariants", "strategies", "reference"]
+    for package in top_level:  # every top-level package the wheel installs is typed (PEP 561)
+        assert "py.typed" in data.get(package, ()) and (ROOT / package / "py.typed").is_file(), package
     assert any("assignments/*.toml" in globs for globs in data.values())
     assert shipped_assignments() == sorted(p.stem for p in SHIPPED_ASSIGNMENTS.glob("*.toml")) and "p01" in shipped_assignments()

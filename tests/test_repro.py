@@ -72,6 +72,17 @@ def test_a_repro_whose_module_is_gone_says_so_and_exits_2(tmp_path):
     assert done.stderr.startswith(f"{script.name} was written for {moved}, which is not at {moved} any more: give the module to run it on")
 
 
+@pytest.mark.parametrize("given", ["no_such_file.py", "no_such_module", "broken.py"])
+def test_a_repro_given_a_module_it_cannot_load_says_so_in_one_line_and_exits_2(given, tmp_path):
+    """Exit 1 means the failure reproduces: a file or module that is not there, or that raises as it loads, replays nothing."""
+    _, _, script = _leaky_repro(tmp_path)
+    (tmp_path / "broken.py").write_text("def attention(x:\n")
+    done = _run_script(script, given)
+    said = done.stderr.splitlines()
+    assert done.returncode == 2 and len(said) == 1 and said[0].startswith(f"{script.name}: cannot load {given}: "), done.stderr
+    assert "REPRODUCES" not in done.stdout, done.stdout
+
+
 def test_large_inputs_go_beside_the_script_in_an_npz(tmp_path):
     impl = load_implementation(str(LEAKY))
     outcome = run_invariant(REGISTRY["model.agrees_with_reference"], impl, settings=profile_settings("ci"))

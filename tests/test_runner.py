@@ -208,3 +208,16 @@ def test_ti_direct_draws_turns_direct_draws_off_or_on_and_names_its_values():
     assert runner._engine_examples("1") == 100 and runner._engine_examples("0") is None
     with pytest.raises(ValueError, match=r"TI_DIRECT_DRAWS='yes' must be 1 \(draw directly past the engine's examples\) or 0"):
         runner._engine_examples("yes")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_failure_shows_its_example_as_the_implementation_received_it(dtype):
+    """Drawn in float64, handed over rounded to the run's dtype: the report names that dtype, not float64, with the rounded values."""
+    def leaky_attention(x, W_q, W_k, W_v, W_o, n_heads, causal):
+        return ref.attention(x, W_q, W_k, W_v, W_o, n_heads, False)  # ignores the mask
+
+    leaky = Implementation.from_functions(backend="numpy", dtype=dtype, label="leaky", attention=leaky_attention)
+    outcome = run_invariant(REGISTRY["attention.causal_non_leakage"], leaky, settings=CI)
+    shown = dict(outcome.example)
+    assert outcome.status == "failed" and shown["inputs"].startswith(f"{{x: {dtype} ("), shown
+    assert "float64" not in outcome.report.split("example (shrunk):")[1].split("\n" + outcome.problem.splitlines()[0])[0], outcome.report

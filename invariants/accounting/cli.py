@@ -16,6 +16,7 @@ import sys
 
 from invariants.accounting.card import card, format_card
 from invariants.accounting.config import ConfigError, known_models
+from invariants.pipes import quiet_when_reader_leaves
 
 PROG = "invariants-card"
 
@@ -58,6 +59,7 @@ def _parser():
     return p
 
 
+@quiet_when_reader_leaves
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)

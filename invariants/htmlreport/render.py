@@ -12,7 +12,8 @@ from __future__ import annotations
 import html
 from datetime import datetime, timezone
 
-from invariants.htmlreport.inputs import FAILING, pass_rates, score_histogram
+from invariants.htmlreport.inputs import FAILING, pass_rates, score_histogram, score_text
+from invariants.repro import portable
 
 MARK = {"passed": "✓", "failed": "✗", "error": "!", "vacuous": "∅", "voided": "⊘", "missing": "–", "skipped": "○", "not_run": "·"}
 WORD = {"passed": "passed", "failed": "failed", "error": "error", "vacuous": "vacuous", "voided": "voided", "missing": "missing",
@@ -164,16 +165,18 @@ def _batch_summary(report):
     counts, edges = score_histogram(report)
     rows = "".join(
         f'<tr><td><a href="#sub-{c}">{e(col.label)}</a></td><td><span class="badge v-{e(col.verdict)}">{e(VERDICT.get(col.verdict, col.verdict))}'
-        f'</span></td><td class="mono nowrap">{col.score:g} / {col.max_score:g}</td><td>{e(col.reason)}</td></tr>'
+        f'</span></td><td class="mono nowrap">{score_text(col.score, col.max_score)}</td><td>{e(col.reason)}</td></tr>'
         for c, col in enumerate(report.columns))
     rates = "".join(
         f'<tr><td><code>{e(name)}</code></td><td class="mono">{p} / {g}</td><td><span class="bar" title="{100 * p / g:.0f}%">'
         f'<span style="width:{100 * p / g:.1f}%"></span></span>{100 * p / g:.0f}%</td></tr>' if g else
         f"<tr><td><code>{e(name)}</code></td><td>0 / 0</td><td></td></tr>" for name, p, g in pass_rates(report))
     said = ", ".join(f"{n} {VERDICT.get(v, v)}" for v, n in verdicts.items())
+    unscored = sum(col.score is None for col in report.columns)
+    left_out = f'<p class="sub">{unscored} submission(s) without a score (not gradable, a gate error) are not in it.</p>' if unscored else ""
     return (f'<section id="summary"><h2>Class summary</h2><p>{len(report.columns)} submissions: {e(said)}. '
             "This report is for staff: it shows hidden invariants and their failures.</p>"
-            f'<div class="grid2"><div><h3>Score histogram</h3>{_histogram_svg(counts, edges)}</div>'
+            f'<div class="grid2"><div><h3>Score histogram</h3>{_histogram_svg(counts, edges)}{left_out}</div>'
             f'<div><h3>Submissions</h3><table class="subs"><tr><th>Submission</th><th>Verdict</th><th>Score</th><th>Reason</th></tr>{rows}'
             f'</table></div></div><h3 id="pass-rates">Pass rate of each invariant</h3><p class="sub">Lowest first: where the class '
             f'struggles.</p><table class="rates"><tr><th>Invariant</th><th>Passed</th><th>Rate</th></tr>{rates}</table>'
@@ -247,12 +250,13 @@ def _matrix(report):
 
 def _repro(card):
     parts = []
-    if card.repro_path:
-        parts.append(f"<pre>python {e(card.repro_path)} path/to/your_solution.py</pre>")
-        if card.repro_source:
-            name = card.repro_path.replace("\\", "/").rsplit("/", 1)[-1]
+    if card.repro_path:  # by its name, and its script naming no folder of the machine that ran it (invariants.repro.portable)
+        name = card.repro_path.replace("\\", "/").rsplit("/", 1)[-1]
+        parts.append(f"<pre>python {e(name)} path/to/your_solution.py</pre>")
+        source = portable(card.repro_source)
+        if source:
             parts.append(f'<button type="button" data-download="{card.id}-repro" data-name="{e(name)}">download {e(name)}</button>'
-                         f'<details><summary>the script</summary><pre id="{card.id}-repro">{e(card.repro_source)}</pre></details>')
+                         f'<details><summary>the script</summary><pre id="{card.id}-repro">{e(source)}</pre></details>')
         parts.append('<p class="sub">Plain python (numpy, and torch for a torch implementation): it replays the failing calls on your '
                      "current code, prints each answer beside the one the suite saw and what the suite expected, and exits 1 while the "
                      "failure reproduces, 0 once the answers changed (then rerun the suite: the script does not re-check the property).</p>")
