@@ -2,7 +2,7 @@
 
     python {this file} [path/to/your_module.py]     (default: TARGET below, the module the suite ran)
 
-Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found.
+Exit status: 1 while the failure reproduces, 0 once the answers changed, 2 when the module is not found or cannot be loaded.
 
 block.agrees_with_reference: transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
 """
@@ -141,7 +141,11 @@ def main(argv):
     target = given(argv[1]) if len(argv) > 1 else default_target()
     if target is None:
         return 2
-    module = load(*target)
+    try:
+        module = load(*target)
+    except Exception as exc:  # noqa: BLE001 - a module missing, or raising as it loads: nothing replayed, so nothing reproduces
+        print(f"{Path(__file__).name}: cannot load {target[0]}: {type(exc).__name__}: {str(exc).partition(chr(10))[0]}", file=sys.stderr)
+        return 2
     results = [replay(module, number, name, args, kind, seen) for number, (name, args, (kind, seen)) in enumerate(CALLS, 1)]
     print()
     for line in EXPECTED[:1]:
