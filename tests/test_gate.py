@@ -342,6 +342,22 @@ def test_batch_writes_one_report_each_and_a_class_summary(tmp_path):
     assert rates == {"norms.layer_norm_known_values": "0.333", "norms.layer_norm_affine": "0.333"}
 
 
+def test_two_batches_in_one_process_each_grade_their_own_assignment(tmp_path):
+    """The per-process assignment cache (pool workers load it once) must not hand a later batch an earlier batch's list."""
+    cohort = tmp_path / "cohort"
+    cohort.mkdir()
+    (cohort / "good.py").write_text((HOSTILE / "good.py").read_text())
+    one_law = tmp_path / "one_law.toml"
+    text = ASSIGNMENT.read_text()
+    laws = 'select = ["norms.layer_norm_known_values", "norms.layer_norm_affine"]'
+    assert laws in text
+    one_law.write_text(text.replace(laws, 'select = ["norms.layer_norm_affine"]'))
+    for assignment, count in ((ASSIGNMENT, 2), (one_law, 1)):
+        out = tmp_path / assignment.stem
+        assert main(["--batch", str(cohort), "-a", str(assignment), "-o", str(out), "-q"]) == 0
+        assert len(json.loads((out / "good" / "report.json").read_text())["invariants"]) == count, assignment.name
+
+
 def _summary_without_seconds(path):
     rows = list(csv.DictReader(path.open()))
     return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]

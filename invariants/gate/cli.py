@@ -63,10 +63,13 @@ def _parser():
 
 
 def load(options, state):
-    """The assignment named in options, loaded once per process (state caches it)."""
+    """The assignment named in options, loaded once per process and options (state caches it: a batch's pool workers keep theirs)."""
     from invariants.gate.config import load_assignment
 
-    if "assignment" not in state:
+    key = tuple(str(options.get(name)) for name in ("assignment", "max_examples", "entry", "visible_only"))
+    if state.get("key") != key:  # a second batch in the same process (a test, a library caller) may name another assignment
+        state.clear()
+        state["key"] = key
         assignment = load_assignment(options["assignment"])
         if options.get("max_examples"):
             assignment = dataclasses.replace(assignment, max_examples=options["max_examples"])
