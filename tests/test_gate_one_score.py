@@ -220,7 +220,8 @@ def test_a_crash_that_is_not_gradable_leads_with_its_reason_and_no_likely_bug(fi
     assert result.score is None
 
 
-@pytest.mark.parametrize("fixture", ["os_exit_in_call.py", "segfault.py", "infinite_loop.py"], ids=["os_exit_in_call", "segfault", "infinite_loop"])
+@pytest.mark.parametrize("fixture", ["os_exit_in_call.py", "exit_in_call.py", "memory_bomb.py", "segfault.py", "infinite_loop.py"],
+                         ids=["os_exit_in_call", "exit_in_call", "memory_bomb", "segfault", "infinite_loop"])
 def test_what_a_lost_worker_ended_is_marked_and_is_no_evidence_of_a_bug(fixture, tmp_path):
     """Graded "failed" (hostile.toml asks for layer_norm only), the failures are the crash's: each is marked lost, and none is a likely bug."""
     result = grading.grade(HOSTILE / fixture, load_assignment(FIXTURES / "assignments" / "hostile.toml"), secret=SECRET)

@@ -29,6 +29,11 @@ HELLO_SECONDS = 60  # the worker's own start (python and numpy) before any submi
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import invariants.gate.worker as w; del sys.path[0]; w.main(sys.argv[2:])"
 
 
+# What a call may raise that ends the worker's usefulness rather than shows a bug: sys.exit() and Ctrl-C (not Exceptions),
+# and running out of the memory limit. The worker is stopped and the failure is marked lost, never a likely bug.
+ENDS_THE_WORKER = (SystemExit, KeyboardInterrupt, MemoryError)
+
+
 class WorkerLost(TransportLost):
     """The worker died, hung or ran past a deadline; the runner turns it into an Outcome with `lost` set to the cause."""
 
@@ -474,7 +479,10 @@ class Worker:
             message = printable(quoted(error["message"]))  # the submission's words: escaped
             if error["kind"] == "output":
                 raise OutputError(message)
-            raise ImplementationError(message, original=_stand_in(error))
+            original = _stand_in(error)
+            if isinstance(original, ENDS_THE_WORKER):  # the call asked to exit, or ran out of memory: a crash, as os._exit is
+                self._lose("died", message)
+            raise ImplementationError(message, original=original)
         try:
             return wire.decode(header.get("value"), answer)
         except wire.WireError as exc:
