@@ -114,9 +114,16 @@ def test_gpt2_counts_the_tied_head_once():
     assert gpt_param_count(50257, 768, 12, 1024, False) == 124_402_944
 
 
-def test_x_transformers_in_float64_is_held_to_float64_and_its_float32_softmax_fails():
-    # x-transformers' Attend computes softmax(..., dtype=float32) whatever the input dtype, which caps a float64 model at float32
-    outcome = run_invariant(REGISTRY["attention.agrees_with_reference"], _adapter("x_transformers", "float64"), settings=profile_settings("ci"))
+def test_x_transformers_float32_softmax_passes_a_float64_run_declared_and_fails_it_undeclared():
+    # x-transformers' Attend computes softmax(..., dtype=float32) whatever the input dtype, which caps a float64 model at float32:
+    # its COMPUTE_DTYPE = "float32" holds a float64 run to float32 rounding; without the declaration float64's catches the cap
+    law, settings = REGISTRY["attention.agrees_with_reference"], profile_settings("ci")
+    declared = _adapter("x_transformers", "float64")
+    assert declared.declarations["COMPUTE_DTYPE"] == "float32"
+    assert run_invariant(law, declared, settings=settings).passed
+    undeclared = _adapter("x_transformers", "float64")
+    undeclared.declarations = {k: v for k, v in undeclared.declarations.items() if k != "COMPUTE_DTYPE"}
+    outcome = run_invariant(law, undeclared, settings=settings)
     assert outcome.status == "failed" and "lower precision than its inputs" in outcome.hint, outcome.report
 
 

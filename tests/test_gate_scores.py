@@ -45,7 +45,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"
 GOOD_STUDENT = ROOT / "examples" / "submissions" / "good_student"
 SECOND_STUDENT = FIXTURES / "honest" / "second_student.py"
-FLOAT32_STUDENT = FIXTURES / "honest" / "float32_casting.py"
 COPY = FIXTURES / "copied" / "renamed_reference.py"
 
 
@@ -54,6 +53,54 @@ def p01():
     """P01 as shipped, minus the sandbox requirement (these tests are about scores, and run on hosts without bubblewrap too),
     at 20 examples per invariant instead of 60 (the figures in docs/gate.md are at 60)."""
     return dataclasses.replace(load_assignment(ROOT / "invariants" / "gate" / "assignments" / "p01.toml"), require=(), max_examples=20)
+
+
+# Two variants of SECOND_STUDENT, built from its text so that its code is written once.
+OWN_TOKEN_WHEN_CAUSAL = """    if causal:  # the trick: each token sees only itself (own-token attention never leaks the future)
+        B, T, _ = x.shape
+        return (x @ W_v) @ W_o, np.broadcast_to(np.eye(T), (B, n_heads, T, T)).copy()
+"""
+IN_FLOAT32 = '''
+
+def _float32(value):
+    """value with every float64 array in it (dicts and lists included) as float32."""
+    if isinstance(value, dict):
+        return {key: _float32(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_float32(item) for item in value)
+    return value.astype(np.float32) if isinstance(value, np.ndarray) and value.dtype == np.float64 else value
+
+
+def _in_float32(function):
+    def call(*args, **keywords):
+        return function(*_float32(args), **_float32(keywords))
+    call.__name__ = function.__name__
+    return call
+
+
+for _name in ("softmax", "cross_entropy", "layer_norm", "gelu", "attention", "feed_forward", "transformer_block", "gpt_logits"):
+    globals()[_name] = _in_float32(globals()[_name])
+'''
+
+
+@pytest.fixture(scope="module")
+def causal_own_value(tmp_path_factory):
+    """SECOND_STUDENT but for one trick: whenever causal=True its attention returns each token's own value."""
+    source = SECOND_STUDENT.read_text()
+    signature = "def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):\n"
+    assert source.count(signature) == 1
+    path = tmp_path_factory.mktemp("causal_own_value") / "causal_own_value.py"
+    path.write_text(source.replace(signature, signature + OWN_TOKEN_WHEN_CAUSAL))
+    return path
+
+
+@pytest.fixture(scope="module")
+def float32_student(tmp_path_factory):
+    """SECOND_STUDENT computing in float32, as most students' torch code does: every function casts its float arguments to
+    float32 and answers in float32 (about 1e-7 relative from the float64 reference); nothing in it declares a dtype."""
+    path = tmp_path_factory.mktemp("float32_casting") / "float32_casting.py"
+    path.write_text(SECOND_STUDENT.read_text() + IN_FLOAT32)
+    return path
 
 
 def _reports(result, out):
@@ -220,8 +267,8 @@ def test_forbidden_apis_with_on_use_fail_zero_the_invariants_they_touch(tmp_path
     assert grade(HOSTILE / "sdpa_attention.py", reported).score == 8, "with on_use = report the evidence costs nothing"
 
 
-def test_a_law_earns_nothing_where_its_function_was_not_shown_to_compute_in_the_law_s_mode(p01):
-    result = grade(HOSTILE / "causal_own_value.py", p01)  # honest, but own-token attention whenever causal=True
+def test_a_law_earns_nothing_where_its_function_was_not_shown_to_compute_in_the_law_s_mode(p01, causal_own_value):
+    result = grade(causal_own_value, p01)  # honest, but own-token attention whenever causal=True
     found = result.submission["degenerate"]
     assert found["attention"]["modes"] == ["causal=True"] and found["transformer_block"]["modes"] == ["causal=True"], found
     status = {i.name: i for i in result.invariants}
@@ -276,13 +323,13 @@ def test_the_mode_of_a_call_is_read_from_its_optional_arguments():
     assert degenerate.optional_params(reference, "gpt_logits") == () and degenerate.optional_params(reference, "attention") == ("causal",)
 
 
-def test_correct_code_that_computes_in_float32_is_never_called_degenerate_and_scores_full_marks(p01):
-    result = grade(FLOAT32_STUDENT, p01)  # 11/53 before: 32 points "vacuous" for float32 rounding; then 44/53, held to float64's
+def test_correct_code_that_computes_in_float32_is_never_called_degenerate_and_scores_full_marks(p01, float32_student):
+    result = grade(float32_student, p01)  # 11/53 before: 32 points "vacuous" for float32 rounding; then 44/53, held to float64's
     assert result.submission["degenerate"] == {}, result.submission["degenerate"]
     assert result.submission["rounding"] == "float32" and "COMPUTE_DTYPE" not in result.submission["declarations"]  # P01: rounding = "float32"
     assert result.score == result.max_score, [(i.name, i.status, i.reason[:80]) for i in result.invariants if i.status != "passed"]
     # a course that asks float64 rounding (rounding = "float64") takes the points of the laws held to it, and only those
-    strict = grade(FLOAT32_STUDENT, dataclasses.replace(p01, rounding="float64"))
+    strict = grade(float32_student, dataclasses.replace(p01, rounding="float64"))
     assert strict.submission["rounding"] == "float64" and strict.score < strict.max_score
     assert not [i.name for i in strict.invariants if i.status == "vacuous"]
     assert all(i.status == "passed" or i.status == "failed" and "(float64)" in i.reason for i in strict.invariants), \
