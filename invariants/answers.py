@@ -4,7 +4,7 @@
 
 An Array is an array of a shape (None: at most one element, a scalar; a None axis: any length) whose dtype kind is
 one of `kinds`; a tuple is the parts of a tuple answer in order; Either allows any of its forms; TEXT is a str.
-The gate holds a worker's declared answer to it (invariants.gate.frames), the shape law an answer itself (invariants.shapes).
+The gate holds a worker's declared answer to it (invariants.gate.frames), the shape law an answer itself (invariants.laws.shapes).
 This module imports nothing of the suite, so that invariants.protocol can.
 """
 

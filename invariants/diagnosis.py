@@ -80,7 +80,7 @@ RAREST = 1e-3  # the rate assumed for a failure no mutant of the zoo shows
 SPECIFICITY = 3.0  # weight of -log(share of the zoo that fails the candidate)
 GENERIC = 2.0  # what a comparison with the reference gives up to a failing law of its own component: it fails for most bugs and names none
 NON_FINITE = ", but should be finite"  # the assertion grammar's phrase for NaN and inf (invariants.asserts.assert_finite)
-REFUSED = "refused chunks="  # invariants.decoding's phrase for a decode split the implementation would not take
+REFUSED = "refused chunks="  # invariants.laws.decoding's phrase for a decode split the implementation would not take
 RAISED = " raised "  # "<function> raised <Type>: ...": the implementation's own exception (invariants.boundary)
 FLOAT32_NOTE = "float32 rounding size"  # what a reference comparison adds when a float64 answer misses by that much
 FLOAT32_ROUNDING = 8 * float(np.finfo(np.float32).eps)  # 9.5e-7: a law with a larger tolerance that fails misses by more than float32 rounds

@@ -4,9 +4,9 @@
 
 A drawer takes the Implementation (its declarations: LAYER_NORM_EPS, ATTENTION_BIASES, SLIDING_WINDOW, ...) and the Case
 to draw from, and returns the arguments of one call. Each lives in the component module whose HOLDS lists its function,
-registered there with `@valid_inputs("<function>")` (invariants/qk_norm.py: `qk_norm_attention_arguments`); this module
+registered there with `@valid_inputs("<function>")` (invariants/laws/qk_norm.py: `qk_norm_attention_arguments`); this module
 holds only the table. Looking up a function whose module is not imported yet imports it. The laws written once over the
-table (invariants.table_laws: dtypes, shapes, finite) call them; tests/test_inputs.py checks that every function of
+table (invariants.laws.table_laws: dtypes, shapes, finite) call them; tests/test_inputs.py checks that every function of
 invariants.protocol.FUNCTIONS that answers arrays has exactly one, in its module. Sizes are small: these inputs are for laws that hold at any size.
 """
 
@@ -23,7 +23,7 @@ class _Drawers(dict):
     def __missing__(self, function):
         for component, holds in COMPONENTS.items():
             if function in holds:
-                importlib.import_module(f"invariants.{component}")  # registers its drawers
+                importlib.import_module(f"invariants.laws.{component}")  # registers its drawers
         if function not in self:
             raise KeyError(f"no valid inputs for {function!r}: no component module registers them with @valid_inputs({function!r})")
         return dict.__getitem__(self, function)

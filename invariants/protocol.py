@@ -51,7 +51,7 @@ class ProtocolFunction:
 
     Its valid inputs, drawn to honour an implementation's declarations, are invariants.inputs.VALID_INPUTS[name], registered
     (@valid_inputs) by the component module whose HOLDS lists it; the laws written once over every entry (dtypes, shapes,
-    finite: invariants.table_laws) read `outputs`, `floating` and `answer_form`.
+    finite: invariants.laws.table_laws) read `outputs`, `floating` and `answer_form`.
     """
 
     name: str

@@ -24,7 +24,7 @@ from pathlib import Path
 _DECLARATIONS = {"LESSON": re.compile(r"^LESSON = ([0-9.]+)", re.MULTILINE), "HOLDS": re.compile(r"^HOLDS = (\([^)]*\))", re.MULTILINE)}
 
 
-def discover_components(folder=Path(__file__).parent):
+def discover_components(folder=Path(__file__).parent / "laws"):
     """{component: the protocol functions whose laws it holds}, in lesson order: every module of this package that declares
     HOLDS (a tuple of protocol function names) and LESSON (a number: where a lesson meets it), read from its source without
     importing it (component modules import this one)."""
@@ -35,7 +35,7 @@ def discover_components(folder=Path(__file__).parent):
         if not any(declared.values()):
             continue
         if not all(declared.values()):
-            raise ValueError(f"component module invariants/{path.name} must declare both HOLDS and LESSON at its top level")
+            raise ValueError(f"component module invariants/laws/{path.name} must declare both HOLDS and LESSON at its top level")
         lesson, holds = (ast.literal_eval(declared[name].group(1)) for name in ("LESSON", "HOLDS"))
         found.append((lesson, path.stem, tuple(holds)))
     lessons = [lesson for lesson, _, _ in found]
@@ -111,6 +111,6 @@ def invariant(*, requires, hint, backends=("numpy", "torch"), in_process=False, 
 def all_invariants():
     """Every registered invariant, component by component (importing the component modules)."""
     for component in COMPONENTS:
-        importlib.import_module(f"invariants.{component}")
+        importlib.import_module(f"invariants.laws.{component}")
     order = {component: i for i, component in enumerate(COMPONENTS)}
     return sorted(REGISTRY.values(), key=lambda inv: order[inv.component])

@@ -7,7 +7,7 @@ import pytest
 
 import invariants.runner as runner
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
-from invariants.dtypes import COMMON_CAUSES, NOT_FLOATING, answer_dtype
+from invariants.laws.dtypes import COMMON_CAUSES, NOT_FLOATING, answer_dtype
 from invariants.inputs import VALID_INPUTS
 from invariants.mutants import MUTANTS, all_mutants
 from invariants.profiles import profile_settings

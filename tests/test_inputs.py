@@ -34,24 +34,24 @@ def test_the_functions_with_drawers_are_those_that_answer_arrays():
 def test_each_drawer_is_registered_once_in_a_module_that_holds_its_function(function):
     holders = [component for component, holds in COMPONENTS.items() if function in holds]
     module = VALID_INPUTS[function].__module__
-    assert module.removeprefix("invariants.") in holders, f"{function}'s drawer is in {module}, not in one of {holders}"
-    assert _registrations(function) == [f"{module.removeprefix('invariants.')}.py"]
+    assert module.removeprefix("invariants.laws.") in holders, f"{function}'s drawer is in {module}, not in one of {holders}"
+    assert _registrations(function) == [f"{module.removeprefix('invariants.').replace('.', '/')}.py"]
 
 
 def test_a_lookup_imports_the_module_that_holds_the_function():
-    code = ("import sys; from invariants.inputs import VALID_INPUTS; assert 'invariants.moe' not in sys.modules; "
+    code = ("import sys; from invariants.inputs import VALID_INPUTS; assert 'invariants.laws.moe' not in sys.modules; "
             "print(VALID_INPUTS['load_balancing_loss'].__module__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stdout.strip()) == (0, "invariants.moe"), done.stderr
+    assert (done.returncode, done.stdout.strip()) == (0, "invariants.laws.moe"), done.stderr
 
 
 def test_a_function_without_valid_inputs_is_refused_by_name():
     with pytest.raises(KeyError, match=r"no valid inputs for 'gpt_param_count': no component module registers them"):
-        VALID_INPUTS["gpt_param_count"]  # held by invariants.counts, but its answer is a lone int, not arrays
+        VALID_INPUTS["gpt_param_count"]  # held by invariants.laws.counts, but its answer is a lone int, not arrays
 
 
 def test_the_readme_shows_the_qk_norm_drawer_as_it_is():
     section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Adding a component")[1]
     snippet = textwrap.dedent(section.split("```python\n")[1].split("```")[0]).replace("  # from invariants.inputs", "")
     assert snippet.startswith('@valid_inputs("qk_norm_attention")\n')
-    assert snippet in (PACKAGE / "qk_norm.py").read_text(encoding="utf-8")
+    assert snippet in (PACKAGE / "laws" / "qk_norm.py").read_text(encoding="utf-8")

@@ -165,7 +165,7 @@ REACH_MUTANTS = {  # mutant: words its killing invariant's hint must contain
     "norms.layer_norm_variance_in_float16": "float16",
     "block.block_mask_buffer_for_32_tokens": "block size",
     "model.model_mask_buffer_for_64_tokens": "block size",
-    "dtypes.np_sqrt_scaled_attention": "np.sqrt(D), a numpy float64 scalar",  # float32 in, float64 out: the dtype invariants (invariants/dtypes.py)
+    "dtypes.np_sqrt_scaled_attention": "np.sqrt(D), a numpy float64 scalar",  # float32 in, float64 out: the dtype invariants (invariants/laws/dtypes.py)
 }
 
 

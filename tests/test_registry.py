@@ -18,10 +18,10 @@ LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "
 
 def test_components_are_discovered_in_the_lesson_order():
     assert tuple(COMPONENTS) == LESSON_ORDER
-    lessons = [importlib.import_module(f"invariants.{component}").LESSON for component in COMPONENTS]
+    lessons = [importlib.import_module(f"invariants.laws.{component}").LESSON for component in COMPONENTS]
     assert lessons == sorted(lessons) and len(set(lessons)) == len(lessons)
     for component, holds in COMPONENTS.items():
-        assert importlib.import_module(f"invariants.{component}").HOLDS == holds, component
+        assert importlib.import_module(f"invariants.laws.{component}").HOLDS == holds, component
 
 
 def test_a_new_component_goes_where_its_lesson_says(tmp_path):
@@ -44,7 +44,7 @@ def test_discovery_refuses_an_ambiguous_component(tmp_path, modules, message):
 
 
 def test_a_component_registers_its_own_drawer_once():
-    assert VALID_INPUTS["qk_norm_attention"].__module__ == "invariants.qk_norm"
+    assert VALID_INPUTS["qk_norm_attention"].__module__ == "invariants.laws.qk_norm"
     with pytest.raises(ValueError, match="registered twice"):
         valid_inputs("qk_norm_attention")(lambda impl, case: ())
 

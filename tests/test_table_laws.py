@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
-from invariants.finite import ANSWER_FINITE
+from invariants.laws.finite import ANSWER_FINITE
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS
 from invariants.registry import REGISTRY
-from invariants.shapes import ANSWER_SHAPE
+from invariants.laws.shapes import ANSWER_SHAPE
 
 torch = pytest.importorskip("torch")
 

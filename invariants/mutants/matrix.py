@@ -125,7 +125,7 @@ def reachable(namespace, name):
 @cache
 def _mentioned(component):
     """Protocol functions an invariant module names anywhere (impl.x(...), impl.raw("x"), helpers): a superset of its calls."""
-    source = inspect.getsource(importlib.import_module(f"invariants.{component}"))
+    source = inspect.getsource(importlib.import_module(f"invariants.laws.{component}"))
     return frozenset(set(re.findall(r"\w+", source)) & set(FUNCTIONS))
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import biases_as_declared, d_ff_for, rounding_dtype
 from invariants.inputs import valid_inputs
-from invariants.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
+from invariants.laws.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.core import integers, permutations

@@ -9,7 +9,7 @@ last T positions: query i sits at S - T + i and, causal, sees keys 0 .. S - T + 
 alignment). torch's SDPA is_causal aligns top-left instead when T != S, so a decode query sees
 key 0 only (pytorch/pytorch#115111); an implementation that follows it declares
 CAUSAL_ALIGNMENT = "top_left" and is drawn with T = S only. The masks themselves (window,
-padding) have their invariants in invariants/masking.py, which uses the helpers here.
+padding) have their invariants in invariants/laws/masking.py, which uses the helpers here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from invariants.asserts import assert_close
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, describe_call
-from invariants.reference_check import reference_tolerance
+from invariants.laws.reference_check import reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
 from strategies.core import integers

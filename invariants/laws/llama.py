@@ -4,7 +4,7 @@ llama_block(x (B, T, d), params, n_heads, n_kv_heads, rope_base, window) is pre-
 h = x + Attn(RMSNorm(x)), out = h + SwiGLU(RMSNorm(h)); attention is grouped-query, causal, with
 RoPE at positions 0 .. T - 1 on q and k (never v) and an optional sliding window. llama_logits(ids,
 params, ...) embeds, runs the blocks, normalises and applies an untied head W_out (d, V). The
-decoding path (llama_decode, the KV cache) has its invariants in invariants/decoding.py.
+decoding path (llama_decode, the KV cache) has its invariants in invariants/laws/decoding.py.
 
 What is drawn follows the declarations: q/k/v biases (Qwen2) only under QKV_BIASES = True, no
 window under SLIDING_WINDOW = False, the RMSNorm eps RMS_NORM_EPS (else 1e-5), the pairing
@@ -23,9 +23,9 @@ from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, input_as_rounded, rms_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
-from invariants.reference_check import reference_tolerance
+from invariants.laws.reference_check import reference_tolerance
 from invariants.registry import invariant
-from invariants.rope import assert_close_to_a_pairing, rope_pairings
+from invariants.laws.rope import assert_close_to_a_pairing, rope_pairings
 from invariants.tolerance import ROUNDINGS
 from strategies.core import float_arrays, integers
 from strategies.decoder import llama_block_params, llama_configs, llama_params

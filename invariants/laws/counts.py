@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from invariants.asserts import assert_close, assert_value, assert_where
 from invariants.conventions import declared_skip
-from invariants.moe import moe_params_for
+from invariants.laws.moe import moe_params_for
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance
 from strategies.core import integers

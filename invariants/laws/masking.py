@@ -18,7 +18,7 @@ import numpy as np
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
 from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
-from invariants.gqa import attend, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
+from invariants.laws.gqa import attend, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
 from invariants.protocol import describe_call
 from invariants.registry import invariant
 from strategies.core import float_arrays, integers

@@ -16,7 +16,7 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import Declared, biases_as_declared, d_ff_for, declared, expert_function, rounding_dtype
 from invariants.inputs import valid_inputs
-from invariants.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
+from invariants.laws.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.core import integers, permutations

@@ -26,7 +26,7 @@ from invariants.conventions import (
     rms_norm_eps,
 )
 from invariants.inputs import valid_inputs
-from invariants.reference_check import assert_agrees_with_reference
+from invariants.laws.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from strategies.core import integers
 from strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors

@@ -14,7 +14,7 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.inputs import valid_inputs
 from invariants.protocol import describe_call
-from invariants.reference_check import reference_answer, reference_tolerance
+from invariants.laws.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
 from strategies.core import sampled_from

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
-from invariants.block import norms_row_conditions, silenced
+from invariants.laws.block import norms_row_conditions, silenced
 from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.protocol import ImplementationError
-from invariants.reference_check import assert_agrees_with_reference
+from invariants.laws.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, integers, none, one_of, sampled_from, swept_lengths

@@ -30,9 +30,9 @@ from invariants.asserts import assert_close, assert_equal, assert_where
 from invariants.conventions import declared, declared_skip, rms_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, describe_call
-from invariants.reference_check import reference_tolerance
+from invariants.laws.reference_check import reference_tolerance
 from invariants.registry import invariant
-from invariants.rope import angle_error, assert_close_to_a_pairing, rope_pairings
+from invariants.laws.rope import angle_error, assert_close_to_a_pairing, rope_pairings
 from invariants.tolerance import ROUNDINGS, Tolerance
 from strategies.core import float_arrays, integers, sampled_from
 from strategies.decoder import qk_norm_args, qk_norm_inputs

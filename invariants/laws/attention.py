@@ -31,7 +31,7 @@ from invariants.asserts import assert_close, assert_equal, assert_finite, assert
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, ImplementationError, describe_call
-from invariants.reference_check import reference_answer, reference_tolerance
+from invariants.laws.reference_check import reference_answer, reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS
 from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
-from invariants.attention import attention_output
+from invariants.laws.attention import attention_output
 from invariants.conventions import (
     NO_DECODER_MODE,
     NO_ENCODER_MODE,
@@ -33,7 +33,7 @@ from invariants.conventions import (
     layer_norm_eps,
 )
 from invariants.inputs import valid_inputs
-from invariants.reference_check import assert_agrees_with_reference
+from invariants.laws.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
 from invariants.tolerance import layer_norm_row_conditions
 from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, sampled_from, swept_lengths

@@ -26,7 +26,7 @@ import numpy as np
 
 from invariants.asserts import assert_dtype, assert_where
 from invariants.protocol import FUNCTIONS
-from invariants.table_laws import parts_named, per_entry
+from invariants.laws.table_laws import parts_named, per_entry
 
 LESSON = 180  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)

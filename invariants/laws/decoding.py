@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import declared
 from invariants.inputs import valid_inputs
-from invariants.llama import draw_one_layer_config, logits_against_reference, model_case, model_condition, named_sizes, sizes
+from invariants.laws.llama import draw_one_layer_config, logits_against_reference, model_case, model_condition, named_sizes, sizes
 from invariants.protocol import ImplementationError, describe_call
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS

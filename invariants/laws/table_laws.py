@@ -1,9 +1,9 @@
 """Laws written once over the protocol table: one invariant per entry it applies to, drawn from the entry's valid inputs.
 
-    KEEPS_DTYPE = per_entry(__name__, "keeps_dtype", assert_keeps_dtype, statement, hint)   # invariants.dtypes
+    KEEPS_DTYPE = per_entry(__name__, "keeps_dtype", assert_keeps_dtype, statement, hint)   # invariants.laws.dtypes
 
 One invariant per function, so that a partial implementation skips exactly what it lacks and a failure names the
-function; invariants.dtypes, invariants.shapes and invariants.finite are written this way.
+function; invariants.laws.dtypes, invariants.laws.shapes and invariants.laws.finite are written this way.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from invariants.asserts import assert_finite
 from invariants.protocol import FUNCTIONS
-from invariants.table_laws import parts_named, per_entry
+from invariants.laws.table_laws import parts_named, per_entry
 
 LESSON = 190  # after dtypes and shapes: the first failure of the zoo's earlier mutants stays where it was
 HOLDS = ()  # every floating entry's finiteness law (invariants.protocol.FUNCTIONS)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_where
 from invariants.conventions import rounding_dtype
 from invariants.inputs import valid_inputs
-from invariants.reference_check import assert_agrees_with_reference, reference_answer
+from invariants.laws.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
 from invariants.tolerance import agreement_tolerance
 from strategies.core import integers, sampled_from

@@ -17,7 +17,7 @@ from invariants.asserts import assert_close, assert_equal, assert_shape, assert_
 from invariants.conventions import biases_as_declared, d_ff_for, input_as_rounded, layer_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.protocol import FUNCTIONS, describe_call
-from invariants.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
+from invariants.laws.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
 from invariants.registry import invariant
 from invariants.tolerance import ROUNDINGS, layer_norm_condition
 from strategies.core import float_arrays, integers, permutations

@@ -17,7 +17,7 @@ import reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
 from invariants.conventions import rounding_dtype
 from invariants.inputs import valid_inputs
-from invariants.reference_check import assert_close_to_a_gelu_form, gelu_forms
+from invariants.laws.reference_check import assert_close_to_a_gelu_form, gelu_forms
 from invariants.registry import invariant
 from invariants.tolerance import Tolerance, agreement_tolerance
 from strategies.activation import activation_inputs, paddings
