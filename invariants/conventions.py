@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from invariants.boundary import declared_value, rounded
-from reference.numpy import EPS as PROTOCOL_EPS  # 1e-5: the eps the suite passes to layer_norm and rms_norm, and the protocol's block uses
+from invariants.reference.numpy import EPS as PROTOCOL_EPS  # 1e-5: the eps the suite passes to layer_norm and rms_norm, and the protocol's block uses
 
 
 class Declared(str):

@@ -247,7 +247,16 @@ def pytest_report_header(config):
              f"invariants profile {chosen.profile}"]
     if chosen.database is not None:
         lines.append(f"transformer-invariants: shared example database {chosen.database!r}")
-    return lines + chosen.misspelt()
+    return lines + chosen.misspelt() + shared_package_names()
+
+
+def shared_package_names():
+    """One line per other installed distribution that also provides the top-level package `invariants` (none: [])."""
+    import importlib.metadata
+
+    others = sorted(set(importlib.metadata.packages_distributions().get("invariants", ())) - {"transformer-invariants"})
+    return [f"transformer-invariants: the distribution {name!r} also provides the package 'invariants'; the two share its "
+            f"files, so uninstall one (pip uninstall {name})" for name in others]
 
 
 def _plural(count, noun):
@@ -260,7 +269,7 @@ def pytest_terminal_summary(terminalreporter):
             if getattr(report, "when", None) == "call" and "invariant_status" in dict(getattr(report, "user_properties", ()))]
     if not runs:
         return
-    for line in selection(terminalreporter.config).misspelt():  # again at the end, where a run under -q (no header) says it
+    for line in selection(terminalreporter.config).misspelt() + shared_package_names():  # again at the end, where -q has no header
         terminalreporter.write_line(line)
     by_status = {status: [r for r in runs if r["invariant_status"] == status] for status in ("passed", "failed", "error", "skipped")}
     parts = [f"{_plural(len(by_status['passed']), 'invariant')} passed"]

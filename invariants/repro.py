@@ -128,10 +128,12 @@ def _located(label):
         where, attribute = label, ""
     if Path(where).exists():
         return (str(Path(where).resolve()), attribute), None
-    file = getattr(sys.modules.get(where), "__file__", None)
+    module = sys.modules.get(where)
+    file = getattr(module, "__file__", None)
     if file is None:
         return (where, attribute), None
-    depth = where.count(".") + (Path(file).name == "__init__.py")  # reference.numpy in /r/reference/numpy.py: /r
+    # the module's own name: reference.numpy is invariants.reference.numpy, in /r/invariants/reference/numpy.py: /r
+    depth = module.__name__.count(".") + (Path(file).name == "__init__.py")
     return (where, attribute), str(Path(file).resolve().parents[depth])
 
 

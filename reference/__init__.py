@@ -1,9 +1,9 @@
-"""The reference implementation: numpy (`reference.numpy`) and torch (`reference.torch`, CPU and CUDA).
+"""The reference implementation's public name: `--impl reference.numpy`, `--impl reference.torch`, or `reference` (numpy).
 
-`import reference` gives the numpy reference's protocol functions, so `reference` itself is
-a valid `--impl` target; the torch one is imported only when asked for, since torch is an extra.
+The code lives in invariants/reference/ so that the suite reaches it by a name that no file of a user's
+(a reference.py in the working directory) can shadow; reference.numpy, reference.torch, reference.counts and
+reference.text are those modules themselves, and `import reference` gives the numpy reference's protocol functions.
 """
 
-from reference.counts import GPT2_SIZES, param_breakdown  # noqa: F401
-from reference.numpy import *  # noqa: F401,F403  (see reference.numpy.__all__)
-from reference.numpy import BACKEND, PROTOCOL_VERSION  # noqa: F401
+from invariants.reference import *  # noqa: F401,F403
+from invariants.reference import BACKEND, GPT2_SIZES, PROTOCOL_VERSION, param_breakdown  # noqa: F401

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.mutants import Mutant
 
 

@@ -14,9 +14,9 @@ import invariants.accounting
 from invariants.accounting import BITS, ConfigError, card, count, kv_values_per_token, model_from_config, param_count, read_config, tensor_shapes
 from invariants.accounting.cli import main
 from invariants.accounting.strategies import model_configs
-from reference.counts import gpt_param_count
-from strategies._validation import InvalidArgument
-from strategies.params import gpt_configs, gpt_params
+from invariants.reference.counts import gpt_param_count
+from invariants.strategies._validation import InvalidArgument
+from invariants.strategies.params import gpt_configs, gpt_params
 
 LAWS = settings(max_examples=200, deadline=None, database=None)
 

@@ -292,7 +292,7 @@ def test_the_toolkit_puts_a_numpy_class_behind_the_protocol():
 
 def _rope_from_zero_only(x, positions, base):
     """A RoPE that rotates positions 0 .. T - 1 and nothing else (no positions argument): x (N, T, 1, D)."""
-    import reference.torch as rt
+    import invariants.reference.torch as rt
 
     assert torch.equal(positions, torch.arange(x.shape[1])), positions
     return rt.rope(x.transpose(1, 2), positions, base).transpose(1, 2)
@@ -300,7 +300,7 @@ def _rope_from_zero_only(x, positions, base):
 
 @pytest.mark.parametrize("positions", [[5, 0, 2], [0, 0, 0], [3]], ids=["shuffled", "repeated", "one"])
 def test_rope_from_zero_places_each_row_at_its_position(positions):
-    import reference.torch as rt
+    import invariants.reference.torch as rt
 
     x, at = torch.randn(2, 3, len(positions), 4, dtype=torch.float64), torch.tensor(positions)  # (B, H, T, D)
     rope = tk.rope(_rope_from_zero_only, from_zero=True)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import reference.numpy as ref_numpy
-from strategies.moe import moe_shapes, router_logits
+import invariants.reference.numpy as ref_numpy
+from invariants.strategies.moe import moe_shapes, router_logits
 
 LEAN = 1e-9  # near-uniform tokens lean to their expert by this much
 SURE = 40.0  # a token is sure of an expert: exp(-40) ≈ 4e-18 is below float64's rounding of 1
@@ -23,7 +23,7 @@ SEARCH = settings(max_examples=1000, database=None, deadline=None, suppress_heal
 def _references():
     """The references to check, as a list (pytest deprecates generators in parametrize): torch where installed."""
     try:
-        import reference.torch as ref_torch
+        import invariants.reference.torch as ref_torch
     except ImportError:
         return [pytest.param(ref_numpy, id="numpy")]
     return [pytest.param(ref_numpy, id="numpy"), pytest.param(ref_torch, id="torch")]

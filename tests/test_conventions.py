@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the example implementations wrap reference.torch")
 
-import reference.torch as rt  # noqa: E402
+import invariants.reference.torch as rt  # noqa: E402
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant  # noqa: E402
 from invariants import runner as _runner  # noqa: E402
 from invariants.boundary import declared_value  # noqa: E402

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import reference.numpy as rn
+import invariants.reference.numpy as rn
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant
 from invariants.conventions import CONVENTIONS
 from invariants.profiles import profile_settings

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-import reference.numpy as rn
+import invariants.reference.numpy as rn
 from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant
 from invariants.conventions import Declared
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS, PROTOCOL_VERSION
-from strategies import InvalidArgument
-from strategies.decoder import (
+from invariants.strategies import InvalidArgument
+from invariants.strategies.decoder import (
     KEY_MASK_PATTERNS,
     LlamaConfig,
     _unused_by_rank,
@@ -35,7 +35,7 @@ from strategies.decoder import (
 )
 
 torch = pytest.importorskip("torch", reason="the twin checks compare reference.numpy with reference.torch")
-import reference.torch as rt  # noqa: E402
+import invariants.reference.torch as rt  # noqa: E402
 
 all_invariants()
 CI = profile_settings("ci")
@@ -121,7 +121,7 @@ def test_llama_twins_and_decode(config, seed, data):
 @FEW
 @given(cross_inputs(), st.integers(0, 2**32 - 1))
 def test_cross_attention_and_decoder_block_twins(inputs, seed):
-    from strategies.decoder import init_decoder_block_params
+    from invariants.strategies.decoder import init_decoder_block_params
 
     args = tuple(inputs[n] for n in ("x", "memory", "W_q", "W_k", "W_v", "W_o", "n_heads"))
     _assert_twins("cross_attention", *args)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-import reference.numpy as rn
+import invariants.reference.numpy as rn
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant
 from invariants.profiles import profile_settings
 from invariants.protocol import ImplementationLoadError
@@ -354,7 +354,7 @@ def test_the_toolkit_runs_a_meta_style_core_through_its_own_cache():
 def _plain_llama(torch):
     """A plain PyTorch Llama as people write it: nn.Linear projections, a KV cache allocated for the whole sequence at start 0, written at
     positions."""
-    import reference.torch as rt
+    import invariants.reference.torch as rt
 
     class Block(torch.nn.Module):
         def __init__(self, d, H, H_kv, F, max_len, base, window):

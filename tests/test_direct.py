@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants import Implementation, all_invariants, load_implementation, run_invariant, runner
 from invariants import hypothesis_internals as internals
 from invariants.asserts import InvariantViolation

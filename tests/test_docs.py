@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from invariants.__main__ import BEGIN, END, catalogue_markdown, protocol_markdown, protocol_markers
 from invariants.asserts import InvariantViolation
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, REGISTRY, all_invariants
+
+from invariants.__main__ import BEGIN, END, catalogue_markdown, protocol_markdown, protocol_markers
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import invariants.mutants
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants import REGISTRY, all_invariants, run_invariant
 from invariants.mutants.documented import SOURCE_FORM, DocumentedMutant, EquivalentControl, documented_mutants, equivalent_controls, source_url
 from invariants.profiles import profile_settings

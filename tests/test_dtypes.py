@@ -7,8 +7,8 @@ import pytest
 
 import invariants.runner as runner
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
-from invariants.laws.dtypes import COMMON_CAUSES, NOT_FLOATING, answer_dtype
 from invariants.inputs import VALID_INPUTS
+from invariants.laws.dtypes import COMMON_CAUSES, NOT_FLOATING, answer_dtype
 from invariants.mutants import MUTANTS, all_mutants
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS
@@ -148,7 +148,7 @@ def test_a_bfloat16_run_catches_float32_and_float64_answers():
 
 
 def test_scalar_answers_must_be_arrays_of_the_dtype_not_python_floats():
-    import reference.torch as ref
+    import invariants.reference.torch as ref
 
     inv = REGISTRY["dtypes.cross_entropy_keeps_dtype"]
     status, report = _run(inv, _torch("float32", cross_entropy=lambda logits, t: ref.cross_entropy(logits, t).item()))
@@ -159,7 +159,7 @@ def test_scalar_answers_must_be_arrays_of_the_dtype_not_python_floats():
 
 
 def test_attention_checks_both_outputs():
-    import reference.torch as ref
+    import invariants.reference.torch as ref
 
     def double_weights(*args):
         out, weights = ref.attention(*args)
@@ -178,7 +178,7 @@ def test_a_partial_implementation_skips_only_what_it_lacks():
 
 
 def test_an_attention_without_weights_is_checked_on_its_output_alone():
-    import reference.torch as ref
+    import invariants.reference.torch as ref
 
     def out_only(*args):
         return ref.attention(*args)[0]

@@ -135,8 +135,8 @@ def test_the_erf_and_tanh_forms_really_differ_in_float64():
     """The false alarm was real: an erf block misses the tanh reference by far more than 1e-10 (8e-6 was measured)."""
     import numpy as np
 
-    import reference.numpy as ref
-    from strategies.params import init_block_params
+    import invariants.reference.numpy as ref
+    from invariants.strategies.params import init_block_params
 
     x = np.random.default_rng(0).standard_normal((2, 5, 8))
     p = init_block_params(8, seed=0)

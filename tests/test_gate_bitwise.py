@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import reference.numpy as reference
+import invariants.reference.numpy as reference
 from invariants.gate import bitwise
 from invariants.gate.batch import row_from_report, write_summary
 from invariants.gate.config import load_assignment

@@ -74,7 +74,8 @@ def test_the_probe_finds_nothing_under_landlock_on_this_host(tmp_path):
     """The probe of tests/test_gate_sandbox.py under the landlock tool: nothing of the course found, nothing written outside its folders."""
     tool = _landlock()
     hostile = load_assignment(FIXTURES / "assignments" / "hostile.toml")
-    folder, secret, token = _hunt(tmp_path / "hunt", paths=[str(ROOT / "reference" / "numpy.py"), str(ROOT / "invariants" / "gate" / "grade.py")])
+    paths = [str(ROOT / "invariants" / "reference" / "numpy.py"), str(ROOT / "invariants" / "gate" / "grade.py")]
+    folder, secret, token = _hunt(tmp_path / "hunt", paths=paths)
     # This host's interpreter lies under a 0700 /root: a worker switched to its own uid could not import from there (the user row says so).
     graded = dataclasses.replace(hostile, tool=tool.name, secret_file=str(secret), require=("filesystem", "tmp", "pid", "network"),
                                  drop_user=_interpreter_readable_by_others(),
@@ -187,7 +188,7 @@ def course(tmp_path_factory):
     shutil.copytree(HOSTILE / "write_outside", subs / "write_outside")
     (subs / "write_outside" / "target.txt").write_text("/tmp/escaped.txt\n")  # a folder its mode lets any uid write: Landlock must refuse
     shutil.copy(FIXTURES / "assignments" / "hostile.toml", course / "hostile.toml")
-    inside = [f"{SITE}/reference/numpy.py", f"{SITE}/invariants/gate/assignments/p01.toml", f"{SITE}/invariants/gate/grade.py",
+    inside = [f"{SITE}/invariants/reference/numpy.py", f"{SITE}/invariants/gate/assignments/p01.toml", f"{SITE}/invariants/gate/grade.py",
               "/course/hostile.toml", "/root/.config/invariants-gate/course-secret"]
     _, secret, _ = _hunt(subs / "hunt", paths=inside)
     secret.rename(course / "course.secret")

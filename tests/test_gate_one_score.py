@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from invariants.gate import grade as grading
+from invariants.gate import stages
 from invariants.gate.cli import main
 from invariants.gate.config import load_assignment
 from invariants.gate.reports import to_terminal, write_reports
@@ -66,14 +67,15 @@ def partial(tmp_path_factory):
 @pytest.fixture
 def gate_fails(monkeypatch):
     """The gate fails on gate_error.py once its verdict is made (every law has run and passed): a gate error, in process."""
-    verdict = grading._verdict
+    decide = stages.decide
 
-    def failing(result, assignment):
-        verdict(result, assignment)
-        if Path(result.submission["source"]).name == "gate_error.py":
+    def failing(rows, submission, *args):
+        decided = decide(rows, submission, *args)
+        if Path(submission["source"]).name == "gate_error.py":
             raise RuntimeError("the gate's own fault, after every invariant ran")
+        return decided
 
-    monkeypatch.setattr(grading, "_verdict", failing)
+    monkeypatch.setattr(stages, "decide", failing)
 
 
 # -- each writer's figure: a number, or None where it gives no score ----------------------------------

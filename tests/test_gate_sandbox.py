@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import invariants.gate.grade as grade_module
-from invariants.gate import batch, confine, sandbox
+from invariants.gate import batch, confine, sandbox, stages
 from invariants.gate.config import load_assignment
 from invariants.gate.grade import grade
 from invariants.gate.reports import write_reports
@@ -67,7 +67,8 @@ def _hunt(tmp_path, port, *, seconds=4.0):
     secret = tmp_path / "course.secret"
     secret.write_text("s3cret-" + uuid.uuid4().hex + "\n")
     token = uuid.uuid4().hex[:12]
-    hints = {"paths": [str(ROOT / "reference" / "numpy.py"), str(ROOT / "invariants" / "gate" / "assignments" / "p01.toml"), str(secret),
+    hints = {"paths": [str(ROOT / "invariants" / "reference" / "numpy.py"), str(ROOT / "invariants" / "gate" / "assignments" / "p01.toml"),
+                       str(secret),
                        str(ROOT / "invariants" / "gate" / "grade.py")],
              "tokens": [secret.read_text().strip(), "hostile fixtures"], "port": port, "token": token, "seconds": seconds}
     (folder / "hints.json").write_text(json.dumps(hints))
@@ -111,7 +112,7 @@ def test_unconfined_the_probe_finds_the_reference(assignment, tmp_path, listener
     finally:
         (Path("/tmp") / f"gate-probe-{token}").unlink(missing_ok=True)
     report = _probe(result)
-    assert any(item.endswith(str(ROOT / "reference" / "numpy.py")) for item in report["found"]), report["found"]
+    assert any(item.endswith(str(ROOT / "invariants" / "reference" / "numpy.py")) for item in report["found"]), report["found"]
     assert result.verdict == PASSED, "the copy read at run time passes unconfined: that is why the sandbox is required"
     assert set(result.sandbox["missing"]) >= {"filesystem", "tmp", "pid"}
     assert result.protections["filesystem"].startswith("NOT CONFINED")
@@ -329,14 +330,14 @@ def test_a_batch_grading_that_raises_leaves_no_worker_behind(tool_name, tmp_path
         seen.append((session.layout.source, sandbox.processes_of(uid), _sleepers(marker)))
         return start(session)
 
-    def raising(result, *args):
-        if "a_daemon" in result.submission["source"]:
+    def raising(rows, selected, evidence, layout, *args):
+        if "a_daemon" in layout.source:
             raise RuntimeError("injected: the gate failed after the worker started")
-        return forbidden(result, *args)
+        return forbidden(rows, selected, evidence, layout, *args)
 
-    forbidden = grade_module._void_forbidden
+    forbidden = stages.void_forbidden
     monkeypatch.setattr(grade_module.Session, "start", looking)
-    monkeypatch.setattr(grade_module, "_void_forbidden", raising)
+    monkeypatch.setattr(stages, "void_forbidden", raising)
     monkeypatch.setattr(batch, "_STATE", {})
     monkeypatch.setenv(confine.ENV, tool_name)
     try:

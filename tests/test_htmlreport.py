@@ -71,7 +71,7 @@ def test_router_loads_are_the_lessons_then_even_after_the_balancing_loss():
 
 def test_balancing_loss_gradient_is_autograd_through_the_torch_reference():
     torch = pytest.importorskip("torch")
-    from reference.torch import load_balancing_loss
+    from invariants.reference.torch import load_balancing_loss
 
     rng = np.random.default_rng(5)
     x, router = rng.standard_normal((64, 6)), rng.standard_normal((6, 5))

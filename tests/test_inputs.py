@@ -50,8 +50,8 @@ def test_a_function_without_valid_inputs_is_refused_by_name():
         VALID_INPUTS["gpt_param_count"]  # held by invariants.laws.counts, but its answer is a lone int, not arrays
 
 
-def test_the_readme_shows_the_qk_norm_drawer_as_it_is():
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Adding a component")[1]
+def test_the_contributing_page_shows_the_qk_norm_drawer_as_it_is():
+    section = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8").split("## Adding a component")[1]
     snippet = textwrap.dedent(section.split("```python\n")[1].split("```")[0]).replace("  # from invariants.inputs", "")
     assert snippet.startswith('@valid_inputs("qk_norm_attention")\n')
     assert snippet in (PACKAGE / "laws" / "qk_norm.py").read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import InvariantViolation, assert_close, assert_equal
 from invariants.tolerance import tolerance_for
 

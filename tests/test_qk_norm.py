@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-import reference.numpy as rn
+import invariants.reference.numpy as rn
 from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant
-from strategies import InvalidArgument
-from strategies.decoder import qk_norm_args, qk_norm_inputs
+from invariants.strategies import InvalidArgument
+from invariants.strategies.decoder import qk_norm_args, qk_norm_inputs
 
 torch = pytest.importorskip("torch", reason="the torch twin and the adapter need torch")
-import reference.torch as rt  # noqa: E402
+import invariants.reference.torch as rt  # noqa: E402
 
 all_invariants()
 FEW = settings(max_examples=20, derandomize=True, database=None, deadline=None)

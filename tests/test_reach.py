@@ -7,11 +7,11 @@ that it records what it was called with, and checks that the inputs the bugs nee
 import numpy as np
 import pytest
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants import REGISTRY, Implementation, all_invariants, load_implementation, run_invariant
 from invariants.mutants import MUTANTS, all_mutants
 from invariants.profiles import profile_settings
-from strategies.core import EITHER_SIDE, GRID, TILE_LENGTHS
+from invariants.strategies.core import EITHER_SIDE, GRID, TILE_LENGTHS
 
 all_invariants()
 all_mutants()
@@ -165,7 +165,7 @@ REACH_MUTANTS = {  # mutant: words its killing invariant's hint must contain
     "norms.layer_norm_variance_in_float16": "float16",
     "block.block_mask_buffer_for_32_tokens": "block size",
     "model.model_mask_buffer_for_64_tokens": "block size",
-    "dtypes.np_sqrt_scaled_attention": "np.sqrt(D), a numpy float64 scalar",  # float32 in, float64 out: the dtype invariants (invariants/laws/dtypes.py)
+    "dtypes.np_sqrt_scaled_attention": "np.sqrt(D), a numpy float64 scalar",  # float32 in, float64 out: invariants/laws/dtypes.py
 }
 
 

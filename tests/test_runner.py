@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant, runner
 from invariants import hypothesis_internals as internals
 from invariants.conventions import Declared

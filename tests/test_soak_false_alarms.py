@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from invariants import REGISTRY, all_invariants, load_implementation
-from strategies.params import GPTConfig
+from invariants.strategies.params import GPTConfig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "false_alarms"
 all_invariants()

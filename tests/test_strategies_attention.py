@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 
 from invariants.protocol import FUNCTIONS
-from strategies._validation import InvalidArgument
-from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, PROJECTIONS, attention_args, attention_inputs, largest_score_sum
-from strategies.core import GRID, LONG_LENGTHS
+from invariants.strategies._validation import InvalidArgument
+from invariants.strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, PROJECTIONS, attention_args, attention_inputs, largest_score_sum
+from invariants.strategies.core import GRID, LONG_LENGTHS
 
 DETERMINISTIC = settings(max_examples=60, derandomize=True, database=None, deadline=None)  # the ci profile's budget
 

@@ -6,7 +6,7 @@ from hypothesis import find, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from strategies import (
+from invariants.strategies import (
     EITHER_SIDE,
     LONG_LENGTHS,
     InvalidArgument,
@@ -18,8 +18,20 @@ from strategies import (
     swept_lengths,
     weights,
 )
-from strategies.core import GRID, array_dicts, byte_arrays, grid_reader, grid_values, just, none, one_of, permutations, sampled_from, weight_part
-from strategies.moe import _ks
+from invariants.strategies.core import (
+    GRID,
+    array_dicts,
+    byte_arrays,
+    grid_reader,
+    grid_values,
+    just,
+    none,
+    one_of,
+    permutations,
+    sampled_from,
+    weight_part,
+)
+from invariants.strategies.moe import _ks
 
 BAD_ARGUMENTS = [
     (attention_shapes, dict(min_seq=5, max_seq=3), "min_seq=5 is larger than max_seq=3"),

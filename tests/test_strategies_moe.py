@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants import REGISTRY, Implementation, all_invariants, run_invariant
 from invariants.profiles import profile_settings
-from strategies._validation import InvalidArgument
-from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
+from invariants.strategies._validation import InvalidArgument
+from invariants.strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 
 all_invariants()
 SEARCH = settings(max_examples=2000, database=None, deadline=None, suppress_health_check=list(HealthCheck))

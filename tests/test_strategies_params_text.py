@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import Phase, find, given, settings
 
-import reference.numpy as ref
-from strategies._validation import InvalidArgument
-from strategies.params import (
+import invariants.reference.numpy as ref
+from invariants.strategies._validation import InvalidArgument
+from invariants.strategies.params import (
     ATTENTION_BIAS_NAMES,
     GPTConfig,
     block_params,
@@ -16,7 +16,7 @@ from strategies.params import (
     init_gpt_params,
     token_ids,
 )
-from strategies.text import corpora, token_streams, window_lengths
+from invariants.strategies.text import corpora, token_streams, window_lengths
 
 FIND = settings(database=None, max_examples=2000, phases=[Phase.generate])  # find an example; no need to shrink it
 

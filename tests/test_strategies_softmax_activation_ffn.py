@@ -5,10 +5,10 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from strategies._validation import InvalidArgument
-from strategies.activation import activation_inputs, paddings
-from strategies.feed_forward import feed_forward_weights, hidden_states
-from strategies.softmax import large_logits, logits, shifts, targets
+from invariants.strategies._validation import InvalidArgument
+from invariants.strategies.activation import activation_inputs, paddings
+from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
+from invariants.strategies.softmax import large_logits, logits, shifts, targets
 
 FEW = settings(max_examples=40, database=None, deadline=None)
 SEARCH = settings(max_examples=300, database=None, deadline=None)

@@ -5,10 +5,10 @@ import pytest
 
 from invariants import Implementation, all_invariants, load_implementation, run_invariant
 from invariants.laws.finite import ANSWER_FINITE
+from invariants.laws.shapes import ANSWER_SHAPE
 from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS
 from invariants.registry import REGISTRY
-from invariants.laws.shapes import ANSWER_SHAPE
 
 torch = pytest.importorskip("torch")
 
@@ -99,7 +99,7 @@ class _OutOnly:
         self.with_weights = with_weights
 
     def attention(self, *args):
-        import reference.numpy as ref
+        import invariants.reference.numpy as ref
 
         out, weights = ref.attention(*args)
         return (out, weights) if self.with_weights else out
@@ -114,7 +114,7 @@ def test_the_shape_law_honours_attention_weights_false():
 
 
 def test_llama_decode_may_answer_either_cache_form_but_no_other():
-    import reference.numpy as ref
+    import invariants.reference.numpy as ref
 
     inv = REGISTRY["shapes.llama_decode_answer_shape"]
 

@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from invariants.gate.config import load_assignment
 
 from invariants import load_implementation, run_invariant
-from invariants.gate.config import load_assignment
 from invariants.gate.grade import _settings, grade
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from typing import Any
 
 from invariants.accounting.config import ConfigError, ConfigSource, Model, read_config, read_model
 from invariants.accounting.count import PARTS, count
-from reference.counts import inference_flops_per_token, training_flops
+from invariants.reference.counts import inference_flops_per_token, training_flops
 
 BITS = {"float32": 32, "bfloat16": 16, "int8": 8, "4-bit": 4}  # per weight or cached value
 

@@ -11,9 +11,8 @@ written as null where transformers allows it (n_inner, head_dim, q_lora_rank).
 from __future__ import annotations
 
 from hypothesis import strategies as st
-
 from invariants.accounting.config import STYLES
-from strategies._validation import InvalidArgument, check_int
+from invariants.strategies._validation import InvalidArgument, check_int
 
 ABSENT = object()  # a drawn "leave the key out"
 

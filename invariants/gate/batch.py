@@ -25,9 +25,10 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from invariants.gate.text import csv_cell, neutralise, one_line, quoted
+
 from invariants.gate import result as R
 from invariants.gate import similarity
-from invariants.gate.text import csv_cell, neutralise, one_line, quoted
 
 _STATE = {}
 MANIFEST = re.compile(r"^shard-(\d+)-of-(\d+)\.json$")
@@ -95,8 +96,9 @@ def _grade_one(job):
 
 def gate_error_row(job, exc):
     """The row of a submission the gate failed on outside grade() (a report, a pool process lost), and its report.json saying so."""
-    from invariants.gate.cli import load
     from invariants.gate.reports import to_json
+
+    from invariants.gate.cli import load
 
     path, out_dir, options = job
     result = R.GradeResult(assignment={"name": "?", "sha256": ""}, submission={"source": path}, verdict=R.GATE_ERROR,

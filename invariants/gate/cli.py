@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from invariants.gate import result as R
 from invariants.pipes import quiet_when_reader_leaves, reader_gone, reader_may_leave
+
+from invariants.gate import result as R
 
 FORMATS = ("json", "junit", "gradescope", "markdown")
 LOG_EVERY_SECONDS = 10  # in a log, a progress line at most this often: a grading that runs for minutes still says where it is
@@ -83,8 +84,9 @@ def load(options, state):
 
 def grade_and_report(path, out_dir, options, *, state, progress=None):
     """Grade one submission and write its reports; (GradeResult, paths written). progress: as invariants.gate.grade.grade takes it."""
-    from invariants.gate.grade import grade
     from invariants.gate.reports import write_reports
+
+    from invariants.gate.grade import grade
 
     assignment = load(options, state)
     result = grade(path, assignment, seed=options.get("seed"), secret=options.get("secret"),
@@ -244,8 +246,9 @@ def _single(path, args, options, state):
 
 
 def _batch(args, options, shard=None):
-    from invariants.gate.batch import batch_exit_code, grade_folder, points, submissions_in, timing, write_manifest, write_summary
     from invariants.gate.text import printable
+
+    from invariants.gate.batch import batch_exit_code, grade_folder, points, submissions_in, timing, write_manifest, write_summary
 
     paths = []
     for given in args.submissions:

@@ -25,12 +25,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hypothesis import settings as hypothesis_settings
-
 from invariants.boundary import to_numpy
 from invariants.conventions import CONVENTIONS, read_declarations, rounding_dtype
-from invariants.gate import bitwise, confine, degenerate, similarity
-from invariants.gate import result as R
-from invariants.gate.sandbox import Worker, WorkerLost, read_capture
 from invariants.gate.scan import Reach, scan_files
 from invariants.gate.secret import CourseSecret, SecretError, course_secret, kept_path
 from invariants.gate.submission import SubmissionError, materialise
@@ -39,6 +35,10 @@ from invariants.profiles import profile_settings
 from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError, OutputError
 from invariants.repro import repro_source, repro_stem
 from invariants.runner import describe_value, run_invariant
+
+from invariants.gate import bitwise, confine, degenerate, similarity
+from invariants.gate import result as R
+from invariants.gate.sandbox import Worker, WorkerLost, read_capture
 
 # -- seeds ------------------------------------------------------------------------------------
 
@@ -364,7 +364,7 @@ def _grade_into(result, submission, assignment, scratch, seed, secret, start, hi
         return
     backend = session.backend = backend or declared
     try:
-        import reference.numpy as reference
+        import invariants.reference.numpy as reference
 
         own = read_declarations(SimpleNamespace(**loaded.declarations))
         transport = WorkerTransport(session, loaded.functions, assignment.graded_under(own),

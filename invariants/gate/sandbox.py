@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from invariants.gate import confine, frames, seccomp, wire
 from invariants.gate.text import one_line, printable, quoted
 from invariants.protocol import ImplementationError, OutputError, TransportLost
+
+from invariants.gate import confine, frames, seccomp, wire
 
 BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "conftest")
 UID_BASE = 1_500_000_000  # + the gate's pid: a uid no account uses, one per gate process (RLIMIT_NPROC counts per uid)

@@ -96,7 +96,7 @@ def fingerprint_files(root, files):
 @functools.lru_cache(maxsize=1)
 def reference_prints():
     """The reference's fingerprints ({"reference/numpy.py": ...}), from wherever the reference package is installed."""
-    spec = importlib.util.find_spec("reference")
+    spec = importlib.util.find_spec("invariants.reference")  # never a student's or user's reference.py
     if spec is None or not spec.submodule_search_locations:
         return {}
     folder = Path(list(spec.submodule_search_locations)[0])

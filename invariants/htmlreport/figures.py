@@ -38,7 +38,7 @@ PART_COLOURS = {  # invariants.accounting.PARTS that a shown model has, in the o
 
 def mask_patterns(n_tokens=6, d_model=16, seed=3):
     """{"encoder (bidirectional)": (T, T), "decoder (causal)": (T, T)}: one head's weights on the same normed input and weights."""
-    from reference.numpy import attention, layer_norm
+    from invariants.reference.numpy import attention, layer_norm
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((1, n_tokens, d_model))  # (B, T, d)
@@ -71,7 +71,7 @@ def param_parts():
 
 def gelu_curves(lo=-4.0, hi=4.0, n=401):
     """(x, relu(x), gelu(x)) with the reference's GELU (the tanh form GPT-2 uses)."""
-    from reference.numpy import gelu
+    from invariants.reference.numpy import gelu
 
     x = np.linspace(lo, hi, n)
     return x, np.maximum(x, 0.0), gelu(x)
@@ -95,7 +95,7 @@ def balancing_loss_gradient(x, router, k):
     L = E·Σ_i f_i·P_i with P_i = mean_n s_ni and s = softmax(x·W_r), so dL/dz_nj = (E/N)·s_nj·(f_j − Σ_i f_i·s_ni).
     tests/test_htmlreport.py checks it against autograd through reference.torch.load_balancing_loss.
     """
-    from reference.numpy import softmax, tokens_per_expert
+    from invariants.reference.numpy import softmax, tokens_per_expert
 
     z = x @ router  # (N, d) x (d, E) -> (N, E)
     N, E = z.shape
@@ -107,7 +107,7 @@ def balancing_loss_gradient(x, router, k):
 
 def router_loads(*, d_model=16, n_experts=8, n_tokens=256, k=2, steps=25, learning_rate=1.0):
     """The lesson's untrained router (seed 0, std 1/√d) on 256 tokens (seed 1), then `steps` plain gradient steps on the balancing loss alone."""
-    from reference.numpy import load_balancing_loss, tokens_per_expert
+    from invariants.reference.numpy import load_balancing_loss, tokens_per_expert
 
     router = np.random.default_rng(0).normal(0, 1 / math.sqrt(d_model), (d_model, n_experts))  # (d, E)
     x = np.random.default_rng(1).standard_normal((n_tokens, d_model))  # (N, d)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import numpy as np
 from hypothesis.extra.numpy import array_shapes
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
 from invariants.conventions import rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_close_to_a_gelu_form, gelu_forms
 from invariants.registry import invariant
+from invariants.strategies.activation import activation_inputs, paddings
 from invariants.tolerance import Tolerance, agreement_tolerance
-from strategies.activation import activation_inputs, paddings
 
 LESSON = 30  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("gelu",)  # the protocol functions whose laws it holds

@@ -30,13 +30,13 @@ from hypothesis import strategies as st
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.inputs import valid_inputs
-from invariants.protocol import FUNCTIONS, ImplementationError, describe_call
 from invariants.laws.reference_check import reference_answer, reference_tolerance
+from invariants.protocol import FUNCTIONS, ImplementationError, describe_call
 from invariants.registry import invariant
+from invariants.strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated
+from invariants.strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, integers, permutations, sampled_from, swept_lengths
+from invariants.strategies.core import weights as weight_matrices
 from invariants.tolerance import ROUNDINGS
-from strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, integers, permutations, sampled_from, swept_lengths
-from strategies.core import weights as weight_matrices
 
 LESSON = 40  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("attention",)  # the protocol functions whose laws it holds

@@ -19,9 +19,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
-from invariants.laws.attention import attention_output
 from invariants.conventions import (
     NO_DECODER_MODE,
     NO_ENCODER_MODE,
@@ -33,11 +32,22 @@ from invariants.conventions import (
     layer_norm_eps,
 )
 from invariants.inputs import valid_inputs
+from invariants.laws.attention import attention_output
 from invariants.laws.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
+from invariants.strategies.core import (
+    LONG_LENGTHS,
+    SWEPT_LENGTHS,
+    attention_shapes,
+    float_arrays,
+    integers,
+    just,
+    permutations,
+    sampled_from,
+    swept_lengths,
+)
+from invariants.strategies.params import block_params
 from invariants.tolerance import layer_norm_row_conditions
-from strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, attention_shapes, float_arrays, integers, just, permutations, sampled_from, swept_lengths
-from strategies.params import block_params
 
 LESSON = 60  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("transformer_block",)  # the protocol functions whose laws it holds

@@ -16,9 +16,9 @@ from invariants.asserts import assert_close, assert_value, assert_where
 from invariants.conventions import declared_skip
 from invariants.laws.moe import moe_params_for
 from invariants.registry import invariant
+from invariants.strategies.core import integers
+from invariants.strategies.params import gpt_configs, gpt_params
 from invariants.tolerance import Tolerance
-from strategies.core import integers
-from strategies.params import gpt_configs, gpt_params
 
 LESSON = 160  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("gpt_param_count", "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops")  # whose laws it holds

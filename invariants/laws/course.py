@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_equal, assert_shape, assert_value, assert_where
 from invariants.inputs import valid_inputs
 from invariants.protocol import ImplementationError
 from invariants.registry import invariant
-from strategies.core import integers, seeds
-from strategies.params import GPTConfig, init_gpt_params
-from strategies.text import COURSE_ALPHABET, corpora, token_streams, window_lengths
+from invariants.strategies.core import integers, seeds
+from invariants.strategies.params import GPTConfig, init_gpt_params
+from invariants.strategies.text import COURSE_ALPHABET, corpora, token_streams, window_lengths
 
 LESSON = 170  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("build_vocab", "encode", "decode", "get_batch")  # the protocol functions whose laws it holds

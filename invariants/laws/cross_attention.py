@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
 from invariants.conventions import biases_as_declared, d_ff_for, input_as_rounded, layer_norm_eps
 from invariants.inputs import valid_inputs
-from invariants.protocol import FUNCTIONS, describe_call
 from invariants.laws.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
+from invariants.protocol import FUNCTIONS, describe_call
 from invariants.registry import invariant
+from invariants.strategies.core import float_arrays, integers, permutations
+from invariants.strategies.decoder import cross_args, cross_inputs, decoder_block_params
 from invariants.tolerance import ROUNDINGS, layer_norm_condition
-from strategies.core import float_arrays, integers, permutations
-from strategies.decoder import cross_args, cross_inputs, decoder_block_params
 
 LESSON = 150  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("cross_attention", "decoder_block")  # the protocol functions whose laws it holds

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
-
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import declared
 from invariants.inputs import valid_inputs
 from invariants.laws.llama import draw_one_layer_config, logits_against_reference, model_case, model_condition, named_sizes, sizes
 from invariants.protocol import ImplementationError, describe_call
 from invariants.registry import invariant
+from invariants.strategies.params import token_ids
 from invariants.tolerance import ROUNDINGS
-from strategies.decoder import decode_schedules, llama_params
-from strategies.params import token_ids
+
+from invariants.strategies.decoder import decode_schedules, llama_params
 
 LESSON = 140  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("llama_decode",)  # the protocol functions whose laws it holds

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from invariants.asserts import assert_dtype, assert_where
-from invariants.protocol import FUNCTIONS
 from invariants.laws.table_laws import parts_named, per_entry
+from invariants.protocol import FUNCTIONS
 
 LESSON = 180  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ()  # every entry's dtype law (invariants.protocol.FUNCTIONS)

@@ -14,9 +14,9 @@ from invariants.conventions import biases_as_declared, d_ff_for, rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
+from invariants.strategies.core import integers, permutations
+from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
 from invariants.tolerance import agreement_tolerance
-from strategies.core import integers, permutations
-from strategies.feed_forward import feed_forward_weights, hidden_states
 
 LESSON = 50  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("feed_forward",)  # the protocol functions whose laws it holds

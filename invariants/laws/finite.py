@@ -12,8 +12,8 @@ is finite on all of them, in every dtype.
 from __future__ import annotations
 
 from invariants.asserts import assert_finite
-from invariants.protocol import FUNCTIONS
 from invariants.laws.table_laws import parts_named, per_entry
+from invariants.protocol import FUNCTIONS
 
 LESSON = 190  # after dtypes and shapes: the first failure of the zoo's earlier mutants stays where it was
 HOLDS = ()  # every floating entry's finiteness law (invariants.protocol.FUNCTIONS)

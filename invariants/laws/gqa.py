@@ -18,16 +18,16 @@ from functools import cache
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason
 from invariants.inputs import valid_inputs
-from invariants.protocol import FUNCTIONS, describe_call
 from invariants.laws.reference_check import reference_tolerance
+from invariants.protocol import FUNCTIONS, describe_call
 from invariants.registry import invariant
+from invariants.strategies.core import integers
+from invariants.strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
 from invariants.tolerance import ROUNDINGS
-from strategies.core import integers
-from strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
 
 LESSON = 100  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("gqa_attention",)  # the protocol functions whose laws it holds

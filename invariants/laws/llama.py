@@ -18,18 +18,18 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, input_as_rounded, rms_norm_eps
 from invariants.inputs import valid_inputs
-from invariants.protocol import describe_call
 from invariants.laws.reference_check import reference_tolerance
-from invariants.registry import invariant
 from invariants.laws.rope import assert_close_to_a_pairing, rope_pairings
+from invariants.protocol import describe_call
+from invariants.registry import invariant
+from invariants.strategies.core import float_arrays, integers
+from invariants.strategies.decoder import llama_block_params, llama_configs, llama_params
+from invariants.strategies.params import token_ids
 from invariants.tolerance import ROUNDINGS
-from strategies.core import float_arrays, integers
-from strategies.decoder import llama_block_params, llama_configs, llama_params
-from strategies.params import token_ids
 
 LESSON = 130  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("llama_block", "llama_logits")  # the protocol functions whose laws it holds

@@ -21,7 +21,7 @@ from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
 from invariants.laws.gqa import attend, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
 from invariants.protocol import describe_call
 from invariants.registry import invariant
-from strategies.core import float_arrays, integers
+from invariants.strategies.core import float_arrays, integers
 
 LESSON = 110  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("gqa_attention",)  # the protocol functions whose laws it holds

@@ -15,17 +15,17 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value
-from invariants.laws.block import norms_row_conditions, silenced
 from invariants.conventions import attention_biases, biases_as_declared, declared, layer_norm_eps
 from invariants.inputs import valid_inputs
-from invariants.protocol import ImplementationError
+from invariants.laws.block import norms_row_conditions, silenced
 from invariants.laws.reference_check import assert_agrees_with_reference
+from invariants.protocol import ImplementationError
 from invariants.registry import invariant
+from invariants.strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, integers, none, one_of, sampled_from, swept_lengths
+from invariants.strategies.params import gpt_configs, gpt_params, token_ids
 from invariants.tolerance import layer_norm_row_conditions
-from strategies.core import MAX_LONG_WIDTH, SWEPT_LENGTHS, float_arrays, integers, none, one_of, sampled_from, swept_lengths
-from strategies.params import gpt_configs, gpt_params, token_ids
 
 LESSON = 70  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("gpt_logits",)  # the protocol functions whose laws it holds

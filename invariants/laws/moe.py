@@ -12,15 +12,15 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_value, assert_where
 from invariants.conventions import Declared, biases_as_declared, d_ff_for, declared, expert_function, rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
+from invariants.strategies.core import integers, permutations
+from invariants.strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.tolerance import agreement_tolerance
-from strategies.core import integers, permutations
-from strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 
 LESSON = 80  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("top_k_gates", "moe", "load_balancing_loss", "tokens_per_expert")  # the protocol functions whose laws it holds

@@ -28,8 +28,8 @@ from invariants.conventions import (
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_agrees_with_reference
 from invariants.registry import invariant
-from strategies.core import integers
-from strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
+from invariants.strategies.core import integers
+from invariants.strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
 
 LESSON = 20  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("layer_norm", "rms_norm")  # the protocol functions whose laws it holds

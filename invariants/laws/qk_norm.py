@@ -25,17 +25,17 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_where
 from invariants.conventions import declared, declared_skip, rms_norm_eps
 from invariants.inputs import valid_inputs
-from invariants.protocol import FUNCTIONS, describe_call
 from invariants.laws.reference_check import reference_tolerance
-from invariants.registry import invariant
 from invariants.laws.rope import angle_error, assert_close_to_a_pairing, rope_pairings
+from invariants.protocol import FUNCTIONS, describe_call
+from invariants.registry import invariant
+from invariants.strategies.core import float_arrays, integers, sampled_from
+from invariants.strategies.decoder import qk_norm_args, qk_norm_inputs
 from invariants.tolerance import ROUNDINGS, Tolerance
-from strategies.core import float_arrays, integers, sampled_from
-from strategies.decoder import qk_norm_args, qk_norm_inputs
 
 LESSON = 145  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("qk_norm_attention",)  # the protocol functions whose laws it holds

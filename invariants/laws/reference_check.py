@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import as_array, assert_close
 from invariants.conventions import declared, rounding_dtype
 from invariants.tolerance import agreement_tolerance

@@ -13,8 +13,8 @@ holds a worker's declared answer to the same forms (invariants.gate.frames).
 from __future__ import annotations
 
 from invariants.asserts import assert_form
-from invariants.protocol import FUNCTIONS
 from invariants.laws.table_laws import parts_named, per_entry
+from invariants.protocol import FUNCTIONS
 
 LESSON = 185  # after dtypes: the first failure of the zoo's earlier mutants stays where it was
 HOLDS = ()  # the shape law of every entry that answers arrays (invariants.protocol.FUNCTIONS)

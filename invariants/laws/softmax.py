@@ -14,9 +14,9 @@ from invariants.conventions import rounding_dtype
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_agrees_with_reference, reference_answer
 from invariants.registry import invariant
+from invariants.strategies.core import integers, sampled_from
+from invariants.strategies.softmax import large_logits, logits, shifts, targets
 from invariants.tolerance import agreement_tolerance
-from strategies.core import integers, sampled_from
-from strategies.softmax import large_logits, logits, shifts, targets
 
 LESSON = 10  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("softmax", "cross_entropy")  # the protocol functions whose laws it holds

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.inputs import valid_inputs
-from invariants.protocol import describe_call
 from invariants.laws.reference_check import reference_answer, reference_tolerance
+from invariants.protocol import describe_call
 from invariants.registry import invariant
+from invariants.strategies.core import sampled_from
+from invariants.strategies.decoder import swiglu_inputs
 from invariants.tolerance import ROUNDINGS
-from strategies.core import sampled_from
-from strategies.decoder import swiglu_inputs
 
 LESSON = 120  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("swiglu",)  # the protocol functions whose laws it holds

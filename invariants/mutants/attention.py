@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from invariants.mutants import mutant
-from reference.numpy import softmax
+from invariants.reference.numpy import softmax
 
 
 def _split(y, n_heads):

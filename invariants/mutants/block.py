@@ -5,7 +5,7 @@ Each takes the reference's gelu_form and eps options (its gpt_logits passes them
 
 from invariants.mutants import mutant
 from invariants.mutants.attention import _buffered_future, _finish, _masked_softmax, _qkv, _scores
-from reference.numpy import ATTENTION_BIAS_NAMES, EPS, attention, feed_forward, layer_norm
+from invariants.reference.numpy import ATTENTION_BIAS_NAMES, EPS, attention, feed_forward, layer_norm
 
 
 def _attend(h, p, n_heads, causal):

@@ -1,7 +1,7 @@
 """Broken arithmetic: parts of the model left out or counted twice, 6ND written as 2ND, a mixture counted as one MLP or without its router."""
 
 from invariants.mutants import mutant
-from reference.counts import feed_forward_params
+from invariants.reference.counts import feed_forward_params
 
 
 def _count(vocab, d, n_layers, max_len, attn_bias, *, positions=True, final_norm=True, biases=True, head=0):

@@ -42,7 +42,7 @@ def unshifted_get_batch(data, batch_size, seq_len, seed):
 
 @mutant(replaces="gpt_logits", killed_by="course.overfit_gate", bug="the embeddings are detached: no gradient reaches any weight", backend="torch")
 def detached_gpt_logits(ids, params, n_heads):
-    import reference.torch as rt
+    import invariants.reference.torch as rt
 
     detached = {**params, "wte": params["wte"].detach(), "wpe": params["wpe"].detach(),
                 "blocks": [{k: v.detach() for k, v in b.items()} for b in params["blocks"]]}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import reference.numpy as numpy_reference
+import invariants.reference.numpy as numpy_reference
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape, assert_value
 from invariants.tolerance import FLOAT64_AGREEMENT, Tolerance
 

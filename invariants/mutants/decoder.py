@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.mutants import mutant
-from reference.numpy import (
+from invariants.reference.numpy import (
     EPS,
     ROPE_BASE,
     attention,
@@ -84,8 +84,8 @@ def frequencies_without_the_two(x, positions, base=ROPE_BASE, *, pairing="half_s
 def angles_in_bfloat16(x, positions, base=ROPE_BASE, *, pairing="half_split"):
     import torch
 
-    from reference.torch import rope_join as join
-    from reference.torch import rope_pairs as pairs
+    from invariants.reference.torch import rope_join as join
+    from invariants.reference.torch import rope_pairs as pairs
 
     D = x.shape[-1]
     inv_freq = (base ** (-torch.arange(0, D, 2, dtype=torch.float32, device=x.device) / D)).to(x.dtype)  # BUG: θ in bfloat16

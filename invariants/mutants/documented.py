@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.mutants import Mutant
 
 MODULE = "documented"
@@ -673,7 +673,7 @@ def mixtral_4_36_balance_loss(router_logits, k):
 def double_softmax_balance_loss(router_logits, k):
     import torch
 
-    import reference.torch as ref_torch
+    import invariants.reference.torch as ref_torch
 
     N, E = router_logits.shape
     router_logits = torch.nn.functional.softmax(router_logits, dim=-1)  # BUG: the router hands back probabilities
@@ -707,7 +707,7 @@ def double_softmax_balance_loss(router_logits, k):
 def hf_mixtral_softmax_topk_renormalise(router_logits, k):
     import torch.nn.functional as F
 
-    import reference.torch as ref_torch
+    import invariants.reference.torch as ref_torch
 
     routing_weights = F.softmax(router_logits, dim=1)
     selected_experts = ref_torch.top_k_indices(routing_weights, k)  # torch.topk, with the documented tie rule

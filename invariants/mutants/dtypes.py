@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.mutants import mutant
 
 
@@ -63,7 +63,7 @@ def float64_shares_balance_loss(router_logits, k):
 def default_dtype_buffer_moe(x, router, experts, k):
     import torch
 
-    import reference.torch as tref
+    import invariants.reference.torch as tref
 
     gates = tref.top_k_gates(x @ router, k)  # (N, E)
     out = torch.zeros(x.shape, device=x.device)  # the bug: float32 whatever x is

@@ -4,7 +4,7 @@ Each takes the reference's gelu_form option (its block and moe pass one on) and 
 """
 
 from invariants.mutants import mutant
-from reference.numpy import gelu_of
+from invariants.reference.numpy import gelu_of
 
 
 @mutant(replaces="feed_forward", killed_by="feed_forward.feed_forward_position_wise", bug="the hidden layer's sequence mean is added to every token")

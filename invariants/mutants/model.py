@@ -4,7 +4,7 @@ import numpy as np
 
 from invariants.mutants import mutant
 from invariants.mutants.attention import _buffered_future, _finish, _masked_softmax, _qkv, _scores
-from reference.numpy import check_token_ids, layer_norm, transformer_block
+from invariants.reference.numpy import check_token_ids, layer_norm, transformer_block
 
 
 def _stream(x, params, n_heads, causal=True):

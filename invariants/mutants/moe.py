@@ -3,7 +3,7 @@
 import numpy as np
 
 from invariants.mutants import mutant
-from reference.numpy import feed_forward, softmax, tokens_per_expert, top_k_gates, top_k_indices
+from invariants.reference.numpy import feed_forward, softmax, tokens_per_expert, top_k_gates, top_k_indices
 
 
 @mutant(replaces="top_k_gates", killed_by="moe.top_k_gates_sum_to_one", bug="softmax over all experts, the dropped ones zeroed, not renormalised")

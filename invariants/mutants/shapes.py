@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import reference.numpy as ref
+import invariants.reference.numpy as ref
 from invariants.mutants import mutant
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from invariants.mutants import mutant
-from reference.numpy import softmax
+from invariants.reference.numpy import softmax
 
 
 @mutant(replaces="softmax", killed_by="softmax.softmax_rows_sum_to_one", bug="normalised over axis 0 whatever `axis` says")

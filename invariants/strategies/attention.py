@@ -16,8 +16,18 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from strategies._validation import InvalidArgument, check_float, check_order
-from strategies.core import array_dicts, attention_shapes, byte_arrays, cached_strategy, float_arrays, integers, just, sampled_from, weight_part
+from invariants.strategies._validation import InvalidArgument, check_float, check_order
+from invariants.strategies.core import (
+    array_dicts,
+    attention_shapes,
+    byte_arrays,
+    cached_strategy,
+    float_arrays,
+    integers,
+    just,
+    sampled_from,
+    weight_part,
+)
 
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 # x patterns: "general"; "zero tokens" (about a third of the tokens, at least one, exactly 0: their query, key and value are 0);

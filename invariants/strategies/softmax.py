@@ -16,8 +16,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from strategies._validation import InvalidArgument, check_float, check_int_range, check_order
-from strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, mapped, sampled_from, scales
+from invariants.strategies._validation import InvalidArgument, check_float, check_int_range, check_order
+from invariants.strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, mapped, sampled_from, scales
 
 ROW_PATTERNS = ("general", "uniform", "tied max", "dominant")
 DYADIC_STEP = 1 / 16  # dyadic logits are multiples of this ...

@@ -19,8 +19,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
-from strategies.core import GRID, byte_arrays, cached_strategy, integers, nearest_power_of_two, permutation_of, sampled_from, small_ints
+from invariants.strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
+from invariants.strategies.core import GRID, byte_arrays, cached_strategy, integers, nearest_power_of_two, permutation_of, sampled_from, small_ints
 
 LOGIT_STEP = 1 / 8  # router logits are multiples of this
 MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples of 1/8 there are exact in bfloat16

@@ -18,9 +18,9 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from strategies._validation import InvalidArgument, check_int, check_int_range
-from strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, integers, just, sampled_from, weight_part
-from strategies.norms import gain_values
+from invariants.strategies._validation import InvalidArgument, check_int, check_int_range
+from invariants.strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, integers, just, sampled_from, weight_part
+from invariants.strategies.norms import gain_values
 
 GRID_VALUES = grid_reader(1.0)  # embeddings: grid values of std 1
 ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")

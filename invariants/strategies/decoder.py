@@ -19,8 +19,8 @@ from functools import cache, partial
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, integers, just, mapped, sampled_from, scales, seeds
+from invariants.strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
+from invariants.strategies.core import cached_strategy, integers, just, mapped, sampled_from, scales, seeds
 
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")

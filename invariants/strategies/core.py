@@ -35,8 +35,8 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from invariants import hypothesis_internals
+from invariants.strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 from invariants.tolerance import DTYPES
-from strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 
 GRID_STEP = 1 / 64  # every GRID value is a multiple of this
 MIN_DRAWN, MAX_DRAWN = 32, 256  # bytes drawn per array (its size, if smaller than MIN_DRAWN); values beyond repeat them

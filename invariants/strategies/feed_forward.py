@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from strategies._validation import check_float, check_int, check_int_range, check_order
-from strategies.core import cached_strategy, float_arrays, grid_values, integers, nearest_power_of_two, scales
+from invariants.strategies._validation import check_float, check_int, check_int_range, check_order
+from invariants.strategies.core import cached_strategy, float_arrays, grid_values, integers, nearest_power_of_two, scales
 
 
 @cached_strategy

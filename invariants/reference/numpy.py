@@ -1,0 +1,551 @@
+"""Reference transformer in numpy: every function of the implementation protocol, written to be read.
+
+Sources: Vaswani et al. 2017 (attention, the block), Radford et al. 2019 (GPT-2: pre-norm,
+tanh GELU, learned positions, tied output), Hendrycks & Gimpel 2016 (GELU, both forms), Ba et
+al. 2016 (LayerNorm), Zhang & Sennrich 2019 (RMSNorm), Fedus, Zoph & Shazeer 2021 (Switch: the
+balancing loss), Jiang et al. 2024 (Mixtral: softmax over the kept top-k scores); the modern
+decoder at the end of the file (protocol v2) cites its own.
+
+The protocol's functions are called positionally; the keyword-only options (gelu_form, eps,
+pairing, fully_masked) are the suite's: they let the reference follow an implementation's declared conventions
+(invariants/conventions.py), e.g. transformer_block(x, params, n_heads, causal, gelu_form="erf").
+
+Dimension letters, used in every shape comment:
+    B batch, T sequence, d model width, H heads, D head width (d = H·D),
+    F feed-forward width (4·d), V vocabulary, N tokens, E experts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from invariants.reference.counts import (  # noqa: F401  (part of this module's protocol surface)
+    gpt_param_count,
+    inference_flops_per_token,
+    moe_active_params,
+    moe_n_params,
+    training_flops,
+)
+from invariants.reference.text import build_vocab, decode, encode, get_batch  # noqa: F401
+
+__all__ = [
+    "BACKEND", "PROTOCOL_VERSION", "GELU_FORM", "ATTENTION_BIASES", "EPS", "GELU_FORMS", "ATTENTION_BIAS_NAMES",
+    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu", "gelu_erf", "gelu_of",
+    "attention", "feed_forward", "transformer_block", "gpt_logits", "gpt_param_count",
+    "top_k_indices", "top_k_gates", "expert", "moe", "tokens_per_expert", "load_balancing_loss",
+    "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
+    "build_vocab", "encode", "decode", "get_batch",
+    # protocol v2: the modern decoder
+    "ROPE_BASE", "ROPE_PAIRINGS", "FULLY_MASKED", "ROPE_PAIRING", "QKV_BIASES", "FULLY_MASKED_ROWS",
+    "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
+    "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
+    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_positions", "llama_decode",
+    "cross_attention", "decoder_block", "qk_norm_attention",
+]
+
+BACKEND = "numpy"
+PROTOCOL_VERSION = 2
+EPS = 1e-5  # keeps the norms finite when every value in a row is equal
+GELU_FORMS = ("tanh", "erf")  # GPT-2's tanh approximation (the default here), and the exact x·Φ(x)
+ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")  # the optional block params
+
+# Declared conventions (invariants/conventions.py): what the suite may assume of this implementation.
+GELU_FORM = "tanh"  # gelu(x) and everything built on it use the tanh form unless asked for another
+ATTENTION_BIASES = True  # transformer_block and gpt_logits read b_q, b_k, b_v, b_o when the params hold them
+
+# ---------------------------------------------------------------------------
+# Softmax and the loss
+# ---------------------------------------------------------------------------
+
+
+def softmax(x, axis=-1):
+    """exp(x) / Σ exp(x) along `axis`; the row maximum is subtracted first so exp never overflows."""
+    # In place after the subtraction: a fresh (B, H, T, T) array of a long sequence costs more than its exp (its pages, faulted in).
+    with np.errstate(invalid="ignore"):  # a row of -inf alone (every key masked) is NaN: -inf - -inf
+        e = np.asarray(x - x.max(axis=axis, keepdims=True), dtype=np.result_type(x, np.float16))  # a new array of floats
+    np.exp(e, out=e)  # a masked -inf becomes exactly 0 here
+    # Times the reciprocal, not divided: within an ulp of the division, and it rounds unlike the textbook code, so a submission
+    # answering with this code's bits shows (invariants.gate.bitwise, evidence of a copy that hides its source).
+    e *= 1 / e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def log_softmax(x, axis=-1):
+    """log(softmax(x)) computed as x - logsumexp(x): no log of an underflowed 0."""
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+def cross_entropy(logits, targets):
+    """Mean negative log-probability of the targets, in nats: (..., V), (...) -> scalar."""
+    log_probs = log_softmax(logits)  # (..., V)
+    picked = np.take_along_axis(log_probs, targets[..., None], axis=-1)  # (..., 1)
+    return -picked.mean()
+
+
+# ---------------------------------------------------------------------------
+# Norms and the activation
+# ---------------------------------------------------------------------------
+
+
+def layer_norm(x, gain, bias, eps=EPS):
+    """Normalise each row (one token's features) to mean 0 and variance 1, then scale and shift.
+
+    The variance is the population one (divide by d, not d - 1), and eps sits inside the
+    square root, as in torch.nn.LayerNorm and GPT-2.
+    """
+    mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    centred = x - mean  # (..., d)
+    var = (centred * centred).mean(axis=-1, keepdims=True)  # (..., 1)
+    return centred * (1 / np.sqrt(var + eps)) * gain + bias  # times the reciprocal, as in softmax: bits unlike the textbook's
+
+
+def rms_norm(x, gain, eps=EPS):
+    """Divide each row by its root mean square, then scale: LayerNorm without centring or bias."""
+    mean_square = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
+    return x / np.sqrt(mean_square + eps) * gain
+
+
+def gelu(x):
+    """GELU, tanh approximation: the form GPT-2 and BERT use (gelu_erf is the exact x·Φ(x); they differ by < 4.73e-4)."""
+    # math.sqrt gives a Python float: a numpy float64 scalar would promote float32 inputs to float64
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)  # numpy has no erf: math.erf elementwise, as an object array (cast back below)
+
+
+def gelu_erf(x):
+    """GELU, exact form x·Φ(x) = 0.5·x·(1 + erf(x/√2)): torch's nn.GELU() default."""
+    return 0.5 * x * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.result_type(x)))
+
+
+def gelu_of(form):
+    """The GELU of `form`: "tanh" (gelu, the default everywhere here) or "erf" (gelu_erf)."""
+    if form not in GELU_FORMS:
+        raise ValueError(f"gelu_form={form!r} is not one of {', '.join(GELU_FORMS)}")
+    return gelu if form == "tanh" else gelu_erf
+
+
+# ---------------------------------------------------------------------------
+# Attention and the feed-forward network
+# ---------------------------------------------------------------------------
+
+
+def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None, b_v=None, b_o=None):
+    """Multi-head scaled dot-product self-attention: (B, T, d) -> (B, T, d) and weights (B, H, T, T).
+
+    The biases are optional (GPT-2 has them; the protocol does not require them).
+    """
+    B, T, d = x.shape
+    D = d // n_heads
+
+    def split_heads(W, b):
+        y = x @ W if b is None else x @ W + b  # (B, T, d)
+        return y.reshape(B, T, n_heads, D).transpose(0, 2, 1, 3)  # (B, H, T, D)
+
+    q, k, v = split_heads(W_q, b_q), split_heads(W_k, b_k), split_heads(W_v, b_v)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)  # (B, H, T, D) x (B, H, D, T) -> (B, H, T, T)
+    if causal:
+        future = np.triu(np.ones((T, T), dtype=bool), k=1)  # (T, T): True where key > query
+        scores = np.where(future, -np.inf, scores)  # mask BEFORE the softmax
+    weights = softmax(scores)  # (B, H, T, T), rows sum to 1
+    heads = weights @ v  # (B, H, T, T) x (B, H, T, D) -> (B, H, T, D)
+    merged = heads.transpose(0, 2, 1, 3).reshape(B, T, d)  # (B, T, H, D) -> (B, T, d)
+    out = merged @ W_o if b_o is None else merged @ W_o + b_o  # (B, T, d)
+    return out, weights
+
+
+def feed_forward(x, W1, b1, W2, b2, *, gelu_form="tanh"):
+    """Position-wise network d -> F -> d with a GELU between: (..., d) -> (..., d)."""
+    return gelu_of(gelu_form)(x @ W1 + b1) @ W2 + b2  # (..., d) x (d, F) -> (..., F) x (F, d) -> (..., d)
+
+
+# ---------------------------------------------------------------------------
+# The block and the model
+# ---------------------------------------------------------------------------
+
+def transformer_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS):
+    """Pre-norm block: x + Attn(LN(x)), then + FFN(LN(x)). (B, T, d) -> (B, T, d).
+
+    `params` holds ln1_g, ln1_b, W_q, W_k, W_v, W_o, ln2_g, ln2_b, W1, b1, W2, b2,
+    and optionally the attention biases b_q, b_k, b_v, b_o.
+    """
+    p = params
+    biases = {name: p[name] for name in ATTENTION_BIAS_NAMES if name in p}
+    normed = layer_norm(x, p["ln1_g"], p["ln1_b"], eps)
+    attn_out, _ = attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
+    x = x + attn_out  # residual: add a correction, never replace the signal
+    x = x + feed_forward(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
+    return x
+
+
+def check_token_ids(ids, vocab, max_len):
+    """Raise ValueError naming the problem if ids are not (B, T) integers in [0, vocab) with T <= max_len."""
+    if ids.ndim != 2:
+        raise ValueError(f"ids must be (batch, seq), got shape {tuple(ids.shape)}")
+    if ids.shape[1] > max_len:
+        raise ValueError(f"sequence length {ids.shape[1]} exceeds max_len {max_len}: learned positions stop there")
+    if 0 not in ids.shape and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+        raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
+
+
+def gpt_logits(ids, params, n_heads, *, gelu_form="tanh", eps=EPS):
+    """Decoder-only language model, GPT-2 style: (B, T) token ids -> (B, T, V) next-token logits.
+
+    `params` holds wte (V, d), wpe (max_len, d), blocks (a list of block params),
+    lnf_g and lnf_b. The output layer is the token table transposed (weight tying).
+    """
+    wte, wpe = params["wte"], params["wpe"]
+    ids = np.asarray(ids)
+    check_token_ids(ids, vocab=wte.shape[0], max_len=wpe.shape[0])
+    T = ids.shape[1]
+    x = wte[ids] + wpe[:T]  # (B, T, d): what + where
+    for block in params["blocks"]:
+        x = transformer_block(x, block, n_heads, causal=True, gelu_form=gelu_form, eps=eps)
+    h = layer_norm(x, params["lnf_g"], params["lnf_b"], eps)  # (B, T, d)
+    return h @ wte.T  # (B, T, d) x (d, V) -> (B, T, V)
+
+
+# ---------------------------------------------------------------------------
+# Mixture of experts
+# ---------------------------------------------------------------------------
+
+
+def top_k_indices(router_logits, k):
+    """The k highest-scoring experts per token, best first; ties go to the lower index. (N, E) -> (N, k)."""
+    # A stable sort of the negated scores is a descending sort that keeps tied experts in index order.
+    return np.argsort(-router_logits, axis=-1, kind="stable")[..., :k]
+
+
+def top_k_gates(router_logits, k):
+    """(N, E) router scores -> (N, E) gates: a softmax over each token's k kept scores, 0 elsewhere."""
+    top = top_k_indices(router_logits, k)  # (N, k)
+    kept = np.take_along_axis(router_logits, top, axis=-1)  # (N, k)
+    gates = np.zeros_like(router_logits)
+    np.put_along_axis(gates, top, softmax(kept), axis=-1)
+    return gates
+
+
+def expert(x, params, *, gelu_form="tanh"):
+    """One expert of moe on x (..., d) -> (..., d): the GELU feed-forward network {W1, b1, W2, b2}, or the SwiGLU one {W_gate, W_up, W_down}."""
+    return swiglu(x, **params) if "W_gate" in params else feed_forward(x, **params, gelu_form=gelu_form)
+
+
+def moe(x, router, experts, k, *, gelu_form="tanh"):
+    """Sparse mixture of experts: each token gets the gate-weighted sum of its top-k experts. (N, d) -> (N, d).
+
+    `router` is (d, E); `experts` is a list of E expert params: feed-forward (W1, b1, W2, b2) or SwiGLU (W_gate, W_up, W_down).
+    """
+    gates = top_k_gates(x @ router, k)  # (N, d) x (d, E) -> (N, E)
+    out = np.zeros_like(x)
+    for e, params in enumerate(experts):
+        chosen = gates[:, e] > 0  # (N,): an expert runs only on the tokens routed to it
+        if chosen.any():
+            out[chosen] += gates[chosen, e : e + 1] * expert(x[chosen], params, gelu_form=gelu_form)
+    return out
+
+
+def tokens_per_expert(router_logits, k):
+    """How many tokens each expert receives under top-k routing: (N, E) -> (E,), summing to N·k."""
+    return np.bincount(top_k_indices(router_logits, k).ravel(), minlength=router_logits.shape[-1])
+
+
+def load_balancing_loss(router_logits, k):
+    """Switch auxiliary loss E · Σ_i f_i · P_i: f_i the share of the N·k routing slots expert i got, P_i its mean probability."""
+    N, E = router_logits.shape
+    f = (tokens_per_expert(router_logits, k) / (N * k)).astype(router_logits.dtype)  # (E,), sums to 1
+    P = softmax(router_logits).mean(axis=0)  # (E,)
+    return E * np.sum(f * P)
+
+
+# ---------------------------------------------------------------------------
+# The modern decoder (protocol v2): RoPE, grouped-query attention, SwiGLU, the Llama block and
+# model with a KV cache, cross-attention and the encoder-decoder block.
+#
+# Sources: Su et al. 2021 (RoFormer: rotary embeddings), Ainslie et al. 2023 (GQA), Shazeer 2020
+# (GLU variants: SwiGLU), Touvron et al. 2023 (Llama: RMSNorm pre-norm, SwiGLU, RoPE), Jiang et
+# al. 2023 (Mistral: the sliding window), Vaswani et al. 2017 (cross-attention).
+# Extra letters: H_kv key/value heads (H divisible by H_kv), S keys (S >= T: a KV cache holds
+# S - T earlier positions), w the sliding window, L layers.
+# ---------------------------------------------------------------------------
+
+ROPE_BASE = 10_000.0  # Llama 1 and 2; Llama 3 uses 500,000: the base is an argument everywhere
+ROPE_PAIRINGS = ("half_split", "interleaved")  # pairs (i, i + D/2): HF, GPT-NeoX; pairs (2i, 2i + 1): Meta's Llama, GPT-J
+FULLY_MASKED = ("zeros", "uniform")  # what a query that sees no key gets: zero weights, or 1/S on every key
+
+# Declared conventions of the additions (invariants/conventions.py).
+ROPE_PAIRING = "half_split"
+QKV_BIASES = True  # llama_block, llama_logits and llama_decode read b_q, b_k, b_v when the params hold them (Qwen2)
+FULLY_MASKED_ROWS = "zeros"
+
+
+def rope_angles(positions, D, base=ROPE_BASE):
+    """(T,) positions -> (T, D/2) angles p·θ_i with θ_i = base^(-2i/D), in float64 whatever the model's dtype.
+
+    The angle is computed in float64 and only its cos and sin are rounded to the model's dtype:
+    positions rounded to bfloat16 (8 bits) are wrong from 256 on.
+    """
+    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)  # (D/2,): θ_0 = 1 down to θ_{D/2-1} ≈ 1/base
+    return np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # (T, 1) x (D/2,) -> (T, D/2)
+
+
+def rope_pairs(x, pairing):
+    """The two coordinates of every rotated pair: (first, second), each (..., D/2)."""
+    if pairing not in ROPE_PAIRINGS:
+        raise ValueError(f"pairing={pairing!r} is not one of {', '.join(ROPE_PAIRINGS)}")
+    if pairing == "half_split":
+        half = x.shape[-1] // 2
+        return x[..., :half], x[..., half:]  # pair i is (i, i + D/2)
+    return x[..., 0::2], x[..., 1::2]  # pair i is (2i, 2i + 1)
+
+
+def rope_join(first, second, pairing):
+    """The inverse of rope_pairs: (..., D/2) twice -> (..., D)."""
+    if pairing == "half_split":
+        return np.concatenate([first, second], axis=-1)
+    return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)  # (..., D/2, 2) -> (..., D)
+
+
+def rope(x, positions, base=ROPE_BASE, *, pairing="half_split"):
+    """Rotary position embedding: rotate pair i of the vector at position p by the angle p·θ_i. (..., T, D) -> (..., T, D).
+
+    A rotation, so q_m·k_n depends on m - n only, every pair keeps its norm, and position 0 is the identity.
+    """
+    angles = rope_angles(positions, x.shape[-1], base)  # (T, D/2)
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)  # (T, D/2)
+    first, second = rope_pairs(x, pairing)  # (..., T, D/2) each
+    return rope_join(first * cos - second * sin, first * sin + second * cos, pairing)  # counter-clockwise by p·θ_i
+
+
+def visible_keys(T, S, causal=True, window=None):
+    """(T, S) True where query i may see key j: the T queries are the last T of the S positions (bottom-right aligned).
+
+    Query i sits at position S - T + i. Causal: it sees j <= S - T + i. A window w keeps the w
+    most recent of those, S - T + i - w < j, so exactly min(S - T + i + 1, w) keys (Mistral's rule).
+    """
+    query_position = np.arange(S - T, S)[:, None]  # (T, 1): where each query sits among the keys
+    key_position = np.arange(S)[None, :]  # (1, S)
+    visible = np.ones((T, S), dtype=bool)
+    if causal:
+        visible &= key_position <= query_position
+        if window is not None:
+            visible &= key_position > query_position - window
+    return visible
+
+
+def masked_softmax(scores, visible, *, fully_masked="zeros"):
+    """softmax over the visible entries of each row (invisible ones get exactly 0); a row with none visible gets `fully_masked`.
+
+    The mask is a boolean select, never an additive -1e9 or finfo.min (which overflow to -inf in 16 bits,
+    and two of which add to -inf in any dtype), and a row with no visible key never computes 0/0.
+    """
+    if fully_masked not in FULLY_MASKED:
+        raise ValueError(f"fully_masked={fully_masked!r} is not one of {', '.join(FULLY_MASKED)}")
+    any_visible = visible.any(axis=-1, keepdims=True)  # (..., 1)
+    scores = np.where(visible, scores, -np.inf)  # mask BEFORE the softmax
+    scores = np.where(any_visible, scores, 0.0)  # a row with no visible key: all 0, so its softmax is 1/S, finite
+    weights = softmax(scores)
+    return weights if fully_masked == "uniform" else np.where(any_visible, weights, 0.0)
+
+
+def repeat_kv(k, group):
+    """(B, H_kv, S, D) -> (B, H_kv·group, S, D): kv head g serves query heads g·group .. (g+1)·group - 1 (repeat-interleave)."""
+    return np.repeat(k, group, axis=1)  # [kv0, kv0, kv1, kv1], never the tiling [kv0, kv1, kv0, kv1]
+
+
+def gqa_attention(q, k, v, causal=True, key_mask=None, window=None, *, fully_masked="zeros"):
+    """Grouped-query attention core: q (B, H, T, D), k and v (B, H_kv, S, D) -> out (B, H, T, D), weights (B, H, T, S).
+
+    H_kv = H is multi-head attention, H_kv = 1 multi-query attention. With T < S the queries are
+    the last T positions (a KV cache holds the first S - T). key_mask (B, S) is True for the keys
+    that may be seen (False: padding); window (with causal) keeps the w most recent keys.
+    """
+    B, H, T, D = q.shape
+    S = k.shape[2]
+    k, v = repeat_kv(k, H // k.shape[1]), repeat_kv(v, H // v.shape[1])  # (B, H, S, D)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)  # (B, H, T, D) x (B, H, D, S) -> (B, H, T, S)
+    visible = visible_keys(T, S, causal, window)  # (T, S)
+    if key_mask is not None:
+        visible = visible & np.asarray(key_mask, dtype=bool)[:, None, None, :]  # (B, 1, T, S)
+    weights = masked_softmax(scores, np.broadcast_to(visible, scores.shape), fully_masked=fully_masked)  # (B, H, T, S)
+    return weights @ v, weights  # (B, H, T, S) x (B, H, S, D) -> (B, H, T, D)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)) without overflow: exp of -|x| only."""
+    e = np.exp(-np.abs(x))  # in (0, 1]
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def silu(x):
+    """SiLU (swish): x·σ(x)."""
+    return x * sigmoid(x)
+
+
+def swiglu(x, W_gate, W_up, W_down):
+    """SwiGLU feed-forward: (SiLU(x·W_gate) ⊙ x·W_up)·W_down. (..., d) -> (..., d); the SiLU is on the gate branch only."""
+    return (silu(x @ W_gate) * (x @ W_up)) @ W_down  # (..., F) ⊙ (..., F) -> (..., F) x (F, d) -> (..., d)
+
+
+def split_heads(y, n_heads):
+    """(B, T, H·D) -> (B, H, T, D): head h takes the contiguous features h·D:(h+1)·D."""
+    B, T, width = y.shape
+    return y.reshape(B, T, n_heads, width // n_heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(y):
+    """(B, H, T, D) -> (B, T, H·D), the inverse of split_heads."""
+    B, H, T, D = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(B, T, H * D)
+
+
+def project(x, W, b=None):
+    """x·W (+ b): (..., d_in) x (d_in, d_out) -> (..., d_out)."""
+    return x @ W if b is None else x @ W + b
+
+
+def chunk_positions(past_length, n):
+    """The positions of n new tokens after past_length cached ones: past_length .. past_length + n - 1."""
+    return np.arange(past_length, past_length + n)
+
+
+def llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    """Llama's attention sublayer on new tokens x (B, T, d) at `positions`, after a cache of (k, v), each (B, H_kv, S_past, D).
+
+    The cache is (k, v, key positions (S_past,)); returns the output (B, T, d) and the cache extended by these
+    tokens' keys and values (RoPE'd keys, plain values: RoPE rotates q and k, never v) and positions.
+    Optional biases b_q, b_k, b_v (Qwen2) are read from p.
+    """
+    q = split_heads(project(x, p["W_q"], p.get("b_q")), n_heads)  # (B, H, T, D)
+    k = split_heads(project(x, p["W_k"], p.get("b_k")), n_kv_heads)  # (B, H_kv, T, D)
+    v = split_heads(project(x, p["W_v"], p.get("b_v")), n_kv_heads)  # (B, H_kv, T, D)
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    held = np.asarray(positions)  # (T,): the positions of the keys in the cache
+    if cache is not None:
+        k, v = np.concatenate([cache[0], k], axis=2), np.concatenate([cache[1], v], axis=2)  # (B, H_kv, S_past + T, D)
+        held = np.concatenate([cache[2], held])  # (S_past + T,)
+    heads, _ = gqa_attention(q, k, v, True, None, window)  # (B, H, T, D): the new queries are the last T positions
+    return merge_heads(heads) @ p["W_o"], (k, v, held)  # (B, T, H·D) x (H·D, d) -> (B, T, d)
+
+
+def llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
+    """One Llama block on new tokens x (B, T, d) at `positions`: (out (B, T, d), the extended cache)."""
+    p = params
+    attended, cache = llama_attention(rms_norm(x, p["attn_norm"], eps), p, n_heads, n_kv_heads, positions, rope_base, window, cache,
+                                      pairing=pairing)
+    h = x + attended  # pre-norm residual, as in GPT-2's block, with RMSNorm
+    return h + swiglu(rms_norm(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"]), cache
+
+
+def llama_block(x, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, *, pairing="half_split", eps=EPS):
+    """Llama's pre-norm decoder block on a whole sequence: x + Attn(RMSNorm(x)), then + SwiGLU(RMSNorm(x)). (B, T, d) -> (B, T, d).
+
+    `params` holds attn_norm (d,), W_q (d, H·D), W_k and W_v (d, H_kv·D), W_o (H·D, d), ffn_norm (d,),
+    W_gate and W_up (d, F), W_down (F, d), and optionally b_q, b_k, b_v. Always causal; positions 0 .. T - 1.
+    """
+    out, _ = llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, chunk_positions(0, x.shape[1]),
+                              pairing=pairing, eps=eps)
+    return out
+
+
+def check_vocab_ids(ids, vocab):
+    """Raise ValueError unless ids are (B, T) integers in [0, vocab) (RoPE has no max_len)."""
+    if ids.ndim != 2:
+        raise ValueError(f"ids must be (batch, seq), got shape {tuple(ids.shape)}")
+    if 0 not in ids.shape and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+        raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
+
+
+def llama_logits(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, *, pairing="half_split", eps=EPS):
+    """Llama-style language model: (B, T) ids -> (B, T, V) logits. Every block causal, positions from 0, an untied head.
+
+    `params` holds embed (V, d), blocks (a list of llama_block params), norm (d,) and W_out (d, V).
+    """
+    logits, _ = llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, [np.shape(ids)[1]], pairing=pairing, eps=eps)
+    return logits
+
+
+def cache_positions(caches, n_kv_heads):
+    """(n, L, H_c, S) from each chunk's cache: the position of the key in each slot of each layer and stored head, -1 where empty.
+
+    H_c is the number of heads a cache stores (H_kv, unless keys are kept per query head); S the most slots any held.
+    """
+    heads = caches[0][0][0].shape[1] if caches and caches[0] else n_kv_heads
+    slots = max((len(held) for cache in caches for _, _, held in cache), default=0)
+    table = np.full((len(caches), len(caches[0]) if caches else 0, heads, slots), -1, dtype=np.int64)
+    for i, cache in enumerate(caches):
+        for layer, (_, _, held) in enumerate(cache):
+            table[i, layer, :, : len(held)] = held  # every head of a layer holds the same positions
+    return table
+
+
+def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, chunks=None, *, pairing="half_split", eps=EPS):
+    """Incremental decoding: a prefill of chunks[0] tokens, then each further chunk on the cache. -> (logits (B, T, V), cache_positions).
+
+    chunks are positive ints summing to T (None: one chunk, the whole sequence). The cache holds every
+    layer's keys and values with their positions: after t tokens, positions 0 .. t - 1 once each, which
+    cache_positions (n, L, H_kv, S) reports after each chunk (-1 in the slots not yet filled).
+    """
+    ids = np.asarray(ids)
+    check_vocab_ids(ids, params["embed"].shape[0])
+    T = ids.shape[1]
+    chunks = [T] if chunks is None else [int(n) for n in np.asarray(chunks).reshape(-1)]
+    if any(n < 1 for n in chunks) or sum(chunks) != T:
+        raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
+    cache = [None] * len(params["blocks"])  # per layer: (k, v, positions), k and v (B, H_kv, t, D), positions (t,)
+    logits, caches, start = [], [], 0
+    for n in chunks:
+        x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
+        positions = chunk_positions(start, n)  # past_length + i, not i
+        for layer, block in enumerate(params["blocks"]):
+            x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
+                                               pairing=pairing, eps=eps)
+        logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, d) x (d, V) -> (B, n, V)
+        caches.append(list(cache))  # as it stands after this chunk
+        start += n
+    return np.concatenate(logits, axis=1), cache_positions(caches, n_kv_heads)
+
+
+def cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):
+    """Cross-attention: queries from the decoder stream x (B, T, d), keys and values from the encoder's memory (B, S, d).
+
+    No mask: every decoder position sees every encoder position. -> out (B, T, d), weights (B, H, T, S).
+    """
+    q = split_heads(x @ W_q, n_heads)  # (B, H, T, D)
+    k, v = split_heads(memory @ W_k, n_heads), split_heads(memory @ W_v, n_heads)  # (B, H, S, D)
+    heads, weights = gqa_attention(q, k, v, False, None, None)  # (B, H, T, D), (B, H, T, S)
+    return merge_heads(heads) @ W_o, weights  # (B, T, d)
+
+
+def decoder_block(x, memory, params, n_heads, *, gelu_form="tanh", eps=EPS):
+    """The encoder-decoder transformer's decoder block, pre-norm: causal self-attention, cross-attention, feed-forward. (B, T, d) -> (B, T, d).
+
+    `params` holds ln1_g ln1_b W_q W_k W_v W_o (self-attention), ln2_g ln2_b Wc_q Wc_k Wc_v Wc_o
+    (cross-attention), ln3_g ln3_b W1 b1 W2 b2 (feed-forward). memory (B, S, d) is the encoder's output.
+    """
+    p = params
+    x = x + attention(layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, True)[0]
+    x = x + cross_attention(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), memory, p["Wc_q"], p["Wc_k"], p["Wc_v"], p["Wc_o"], n_heads)[0]
+    return x + feed_forward(layer_norm(x, p["ln3_g"], p["ln3_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
+
+
+def qk_norm_attention(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    """Causal GQA with QK-norm: each head's queries and keys RMS-normalised over D, then RoPE. -> out (B, T, d), weights (B, H, T, T).
+
+    As in Qwen3 and Gemma 3 (Dehghani et al. 2023 normalised q and k to keep the scores bounded): `params` holds
+    W_q (d, H·D), W_k and W_v (d, H_kv·D), W_o (H·D, d), and the gains q_norm and k_norm (D,), each shared by
+    every head. The norm comes before RoPE (a rotation keeps a vector's root mean square, but not a gain that
+    differs within a pair), and the values are never normalised. x (B, T, d) sits at `positions` (T,) int.
+    """
+    p = params
+    q = rms_norm(split_heads(x @ p["W_q"], n_heads), p["q_norm"], eps)  # (B, H, T, D), each head over its own D features
+    k = rms_norm(split_heads(x @ p["W_k"], n_kv_heads), p["k_norm"], eps)  # (B, H_kv, T, D)
+    v = split_heads(x @ p["W_v"], n_kv_heads)  # (B, H_kv, T, D): not normalised
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    heads, weights = gqa_attention(q, k, v, True, None, None)  # (B, H, T, D), (B, H, T, T)
+    return merge_heads(heads) @ p["W_o"], weights  # (B, T, H·D) x (H·D, d) -> (B, T, d)

@@ -1,0 +1,425 @@
+"""Reference transformer in torch: the same functions as reference.numpy, on any device and dtype.
+
+Line for line the maths of reference.numpy (read that file for the lesson); torch is used as a
+tensor library only: no nn.MultiheadAttention, no F.scaled_dot_product_attention, no
+torch.topk (whose tie-breaking is undocumented: all-equal scores over 4 experts pick
+[2, 3, 0] on CPU). Each function runs on the device and in the dtype of its inputs.
+
+Dimension letters: B batch, T sequence, d model width, H heads, D head width (d = H·D),
+F feed-forward width, V vocabulary, N tokens, E experts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from invariants.reference.counts import (  # noqa: F401  (part of this module's protocol surface)
+    gpt_param_count,
+    inference_flops_per_token,
+    moe_active_params,
+    moe_n_params,
+    training_flops,
+)
+from invariants.reference.numpy import ATTENTION_BIAS_NAMES, EPS, FULLY_MASKED, GELU_FORMS, ROPE_BASE, ROPE_PAIRINGS, check_token_ids, check_vocab_ids
+from invariants.reference.text import build_vocab, decode, encode, get_batch  # noqa: F401
+
+__all__ = [
+    "BACKEND", "PROTOCOL_VERSION", "GELU_FORM", "ATTENTION_BIASES", "EPS", "GELU_FORMS", "ATTENTION_BIAS_NAMES",
+    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu", "gelu_erf", "gelu_of",
+    "attention", "feed_forward", "transformer_block", "gpt_logits", "gpt_param_count",
+    "top_k_indices", "top_k_gates", "expert", "moe", "tokens_per_expert", "load_balancing_loss",
+    "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
+    "build_vocab", "encode", "decode", "get_batch",
+    # protocol v2: the modern decoder
+    "ROPE_BASE", "ROPE_PAIRINGS", "FULLY_MASKED", "ROPE_PAIRING", "QKV_BIASES", "FULLY_MASKED_ROWS",
+    "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
+    "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
+    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_positions", "llama_decode",
+    "cross_attention", "decoder_block", "qk_norm_attention",
+]
+
+BACKEND = "torch"
+PROTOCOL_VERSION = 2
+GELU_FORM = "tanh"  # declared conventions, as in reference.numpy
+ATTENTION_BIASES = True
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def accumulate_in_float32(fn):
+    """Run fn in float32 on 16-bit inputs and round the answer back, as torch's own norm and softmax kernels do."""
+
+    def wrapper(x, *args, **kwargs):
+        if x.dtype not in LOW_PRECISION:
+            return fn(x, *args, **kwargs)
+        up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in LOW_PRECISION else a for a in args]
+        return fn(x.float(), *up, **kwargs).to(x.dtype)
+
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
+
+def _row_max(x, axis):
+    """The maximum along `axis`, as a constant for autograd: softmax(x - m) is the same for every m, so its gradient through m is 0."""
+    return x.amax(dim=axis, keepdim=True).detach()  # spares the backward pass a gradient it would round to about 0
+
+
+@accumulate_in_float32
+def softmax(x, axis=-1):
+    """exp(x) / Σ exp(x) along `axis`, the row maximum subtracted first."""
+    shifted = x - _row_max(x, axis)
+    e = torch.exp(shifted)
+    return e / e.sum(dim=axis, keepdim=True)
+
+
+@accumulate_in_float32
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along `axis`."""
+    shifted = x - _row_max(x, axis)
+    return shifted - torch.log(torch.exp(shifted).sum(dim=axis, keepdim=True))
+
+
+def cross_entropy(logits, targets):
+    """Mean negative log-probability of the targets, in nats: (..., V), (...) -> scalar."""
+    log_probs = log_softmax(logits)  # (..., V)
+    picked = torch.gather(log_probs, -1, targets[..., None])  # (..., 1)
+    return -picked.mean()
+
+
+@accumulate_in_float32
+def layer_norm(x, gain, bias, eps=EPS):
+    """Per-row mean 0, population variance 1 (eps inside the square root), then gain and bias."""
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    centred = x - mean  # (..., d)
+    var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1)
+    return centred / torch.sqrt(var + eps) * gain + bias
+
+
+@accumulate_in_float32
+def rms_norm(x, gain, eps=EPS):
+    """Divide each row by its root mean square, then scale."""
+    mean_square = (x * x).mean(dim=-1, keepdim=True)  # (..., 1)
+    return x / torch.sqrt(mean_square + eps) * gain
+
+
+def gelu(x):
+    """GELU, tanh approximation (GPT-2's)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu_erf(x):
+    """GELU, exact form 0.5·x·(1 + erf(x/√2)) (nn.GELU()'s)."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu_of(form):
+    """The GELU of `form`: "tanh" (gelu) or "erf" (gelu_erf)."""
+    if form not in GELU_FORMS:
+        raise ValueError(f"gelu_form={form!r} is not one of {', '.join(GELU_FORMS)}")
+    return gelu if form == "tanh" else gelu_erf
+
+
+def attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, b_q=None, b_k=None, b_v=None, b_o=None):
+    """Multi-head self-attention: (B, T, d) -> (B, T, d) and weights (B, H, T, T)."""
+    B, T, d = x.shape
+    D = d // n_heads
+
+    def split_heads(W, b):
+        y = x @ W if b is None else x @ W + b  # (B, T, d)
+        return y.reshape(B, T, n_heads, D).transpose(1, 2)  # (B, H, T, D)
+
+    q, k, v = split_heads(W_q, b_q), split_heads(W_k, b_k), split_heads(W_v, b_v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T)
+    if causal:
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)  # (T, T)
+        scores = scores.masked_fill(future, float("-inf"))  # mask BEFORE the softmax
+    weights = softmax(scores)  # (B, H, T, T)
+    heads = weights @ v  # (B, H, T, D)
+    merged = heads.transpose(1, 2).reshape(B, T, d)  # (B, T, H, D) -> (B, T, d)
+    out = merged @ W_o if b_o is None else merged @ W_o + b_o  # (B, T, d)
+    return out, weights
+
+
+def feed_forward(x, W1, b1, W2, b2, *, gelu_form="tanh"):
+    """Position-wise d -> F -> d with a GELU between: (..., d) -> (..., d)."""
+    return gelu_of(gelu_form)(x @ W1 + b1) @ W2 + b2
+
+
+def transformer_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS):
+    """Pre-norm block: x + Attn(LN(x)), then + FFN(LN(x)). (B, T, d) -> (B, T, d)."""
+    p = params
+    biases = {name: p[name] for name in ATTENTION_BIAS_NAMES if name in p}
+    normed = layer_norm(x, p["ln1_g"], p["ln1_b"], eps)
+    attn_out, _ = attention(normed, p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, causal, **biases)
+    x = x + attn_out
+    x = x + feed_forward(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
+    return x
+
+
+def gpt_logits(ids, params, n_heads, *, gelu_form="tanh", eps=EPS):
+    """(B, T) token ids -> (B, T, V) logits; positions are learned, the output is the tied token table."""
+    wte, wpe = params["wte"], params["wpe"]
+    check_token_ids(ids, vocab=wte.shape[0], max_len=wpe.shape[0])
+    T = ids.shape[1]
+    x = wte[ids] + wpe[:T]  # (B, T, d)
+    for block in params["blocks"]:
+        x = transformer_block(x, block, n_heads, causal=True, gelu_form=gelu_form, eps=eps)
+    h = layer_norm(x, params["lnf_g"], params["lnf_b"], eps)  # (B, T, d)
+    return h @ wte.T  # (B, T, V)
+
+
+def top_k_indices(router_logits, k):
+    """The k best experts per token, ties to the lower index: (N, E) -> (N, k). A stable descending sort, not topk."""
+    return torch.sort(router_logits, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def top_k_gates(router_logits, k):
+    """(N, E) -> (N, E) gates: a softmax over each token's k kept scores, 0 elsewhere."""
+    top = top_k_indices(router_logits, k)  # (N, k)
+    kept = torch.gather(router_logits, -1, top)  # (N, k)
+    return torch.zeros_like(router_logits).scatter(-1, top, softmax(kept))
+
+
+def expert(x, params, *, gelu_form="tanh"):
+    """One expert of moe on x (..., d) -> (..., d): the GELU feed-forward network {W1, b1, W2, b2}, or the SwiGLU one {W_gate, W_up, W_down}."""
+    return swiglu(x, **params) if "W_gate" in params else feed_forward(x, **params, gelu_form=gelu_form)
+
+
+def moe(x, router, experts, k, *, gelu_form="tanh"):
+    """Sparse mixture of experts: (N, d) -> (N, d), each token mixing its top-k experts' outputs."""
+    gates = top_k_gates(x @ router, k)  # (N, E)
+    out = torch.zeros_like(x)
+    for e, params in enumerate(experts):
+        chosen = gates[:, e] > 0  # (N,)
+        if chosen.any():
+            out[chosen] += gates[chosen, e : e + 1] * expert(x[chosen], params, gelu_form=gelu_form)
+    return out
+
+
+def tokens_per_expert(router_logits, k):
+    """Tokens routed to each expert: (N, E) -> (E,), summing to N·k."""
+    return torch.bincount(top_k_indices(router_logits, k).reshape(-1), minlength=router_logits.shape[-1])
+
+
+def load_balancing_loss(router_logits, k):
+    """Switch auxiliary loss E · Σ_i f_i · P_i (f from hard top-k counts over N·k slots, P the mean probability)."""
+    N, E = router_logits.shape
+    f = tokens_per_expert(router_logits, k).to(router_logits.dtype) / (N * k)  # (E,)
+    P = softmax(router_logits).mean(dim=0)  # (E,)
+    return E * torch.sum(f * P)
+
+
+# ---------------------------------------------------------------------------
+# The modern decoder (protocol v2): the twin of the same section of reference.numpy (read it there).
+# ---------------------------------------------------------------------------
+
+ROPE_PAIRING = "half_split"  # declared conventions, as in reference.numpy
+QKV_BIASES = True
+FULLY_MASKED_ROWS = "zeros"
+
+
+def rope_angles(positions, D, base=ROPE_BASE):
+    """(T,) positions -> (T, D/2) angles p·θ_i, θ_i = base^(-2i/D), in float64 on the positions' device."""
+    positions = torch.as_tensor(positions)
+    inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64, device=positions.device) / D)  # (D/2,)
+    return positions.to(torch.float64)[:, None] * inv_freq  # (T, D/2)
+
+
+def rope_pairs(x, pairing):
+    """The two coordinates of every rotated pair: (first, second), each (..., D/2)."""
+    if pairing not in ROPE_PAIRINGS:
+        raise ValueError(f"pairing={pairing!r} is not one of {', '.join(ROPE_PAIRINGS)}")
+    if pairing == "half_split":
+        half = x.shape[-1] // 2
+        return x[..., :half], x[..., half:]  # pair i is (i, i + D/2)
+    return x[..., 0::2], x[..., 1::2]  # pair i is (2i, 2i + 1)
+
+
+def rope_join(first, second, pairing):
+    """The inverse of rope_pairs: (..., D/2) twice -> (..., D)."""
+    if pairing == "half_split":
+        return torch.cat([first, second], dim=-1)
+    return torch.stack([first, second], dim=-1).reshape(*first.shape[:-1], -1)  # (..., D/2, 2) -> (..., D)
+
+
+def rope(x, positions, base=ROPE_BASE, *, pairing="half_split"):
+    """Rotary position embedding: pair i of the vector at position p rotated by p·θ_i. (..., T, D) -> (..., T, D)."""
+    angles = rope_angles(torch.as_tensor(positions, device=x.device), x.shape[-1], base)  # (T, D/2)
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)  # (T, D/2)
+    first, second = rope_pairs(x, pairing)  # (..., T, D/2) each
+    return rope_join(first * cos - second * sin, first * sin + second * cos, pairing)
+
+
+def visible_keys(T, S, causal=True, window=None, device=None):
+    """(T, S) True where query i (at position S - T + i: bottom-right aligned) may see key j."""
+    query_position = torch.arange(S - T, S, device=device)[:, None]  # (T, 1)
+    key_position = torch.arange(S, device=device)[None, :]  # (1, S)
+    visible = torch.ones(T, S, dtype=torch.bool, device=device)
+    if causal:
+        visible &= key_position <= query_position
+        if window is not None:
+            visible &= key_position > query_position - window
+    return visible
+
+
+def masked_softmax(scores, visible, *, fully_masked="zeros"):
+    """softmax over each row's visible entries (a boolean select, never an additive mask); a row with none gets `fully_masked`."""
+    if fully_masked not in FULLY_MASKED:
+        raise ValueError(f"fully_masked={fully_masked!r} is not one of {', '.join(FULLY_MASKED)}")
+    any_visible = visible.any(dim=-1, keepdim=True)  # (..., 1)
+    scores = scores.masked_fill(~visible, float("-inf"))  # mask BEFORE the softmax
+    scores = scores.masked_fill(~any_visible, 0.0)  # a row with no visible key: all 0, so its softmax is 1/S, finite
+    weights = softmax(scores)
+    return weights if fully_masked == "uniform" else weights.masked_fill(~any_visible, 0.0)
+
+
+def repeat_kv(k, group):
+    """(B, H_kv, S, D) -> (B, H_kv·group, S, D) in repeat-interleave order [kv0, kv0, kv1, kv1]."""
+    return k.repeat_interleave(group, dim=1)
+
+
+def gqa_attention(q, k, v, causal=True, key_mask=None, window=None, *, fully_masked="zeros"):
+    """Grouped-query attention core: q (B, H, T, D), k and v (B, H_kv, S, D) -> out (B, H, T, D), weights (B, H, T, S)."""
+    B, H, T, D = q.shape
+    S = k.shape[2]
+    k, v = repeat_kv(k, H // k.shape[1]), repeat_kv(v, H // v.shape[1])  # (B, H, S, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, S)
+    visible = visible_keys(T, S, causal, window, q.device)  # (T, S)
+    if key_mask is not None:
+        visible = visible & key_mask.to(torch.bool)[:, None, None, :]  # (B, 1, T, S)
+    weights = masked_softmax(scores, visible.expand(scores.shape), fully_masked=fully_masked)  # (B, H, T, S)
+    return weights @ v, weights  # (B, H, T, D)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)) without overflow: exp of -|x| only."""
+    e = torch.exp(-x.abs())
+    return torch.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def silu(x):
+    """SiLU (swish): x·σ(x)."""
+    return x * sigmoid(x)
+
+
+def swiglu(x, W_gate, W_up, W_down):
+    """SwiGLU feed-forward: (SiLU(x·W_gate) ⊙ x·W_up)·W_down. (..., d) -> (..., d)."""
+    return (silu(x @ W_gate) * (x @ W_up)) @ W_down
+
+
+def split_heads(y, n_heads):
+    """(B, T, H·D) -> (B, H, T, D)."""
+    B, T, width = y.shape
+    return y.reshape(B, T, n_heads, width // n_heads).transpose(1, 2)
+
+
+def merge_heads(y):
+    """(B, H, T, D) -> (B, T, H·D)."""
+    B, H, T, D = y.shape
+    return y.transpose(1, 2).reshape(B, T, H * D)
+
+
+def project(x, W, b=None):
+    """x·W (+ b)."""
+    return x @ W if b is None else x @ W + b
+
+
+def chunk_positions(past_length, n):
+    """The positions of n new tokens after past_length cached ones: past_length .. past_length + n - 1."""
+    return torch.arange(past_length, past_length + n)
+
+
+def llama_attention(x, p, n_heads, n_kv_heads, positions, rope_base, window, cache=None, *, pairing="half_split"):
+    """Llama's attention sublayer on new tokens x (B, T, d) at `positions` after a cache of (k, v, positions): (out (B, T, d), extended cache)."""
+    q = split_heads(project(x, p["W_q"], p.get("b_q")), n_heads)  # (B, H, T, D)
+    k = split_heads(project(x, p["W_k"], p.get("b_k")), n_kv_heads)  # (B, H_kv, T, D)
+    v = split_heads(project(x, p["W_v"], p.get("b_v")), n_kv_heads)  # (B, H_kv, T, D)
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    held = torch.as_tensor(positions)  # (T,): the positions of the keys in the cache
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (B, H_kv, S_past + T, D)
+        held = torch.cat([cache[2], held])  # (S_past + T,)
+    heads, _ = gqa_attention(q, k, v, True, None, window)  # (B, H, T, D)
+    return merge_heads(heads) @ p["W_o"], (k, v, held)  # (B, T, d)
+
+
+def llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
+    """One Llama block on new tokens x (B, T, d) at `positions`: (out (B, T, d), the extended cache)."""
+    p = params
+    attended, cache = llama_attention(rms_norm(x, p["attn_norm"], eps), p, n_heads, n_kv_heads, positions, rope_base, window, cache,
+                                      pairing=pairing)
+    h = x + attended
+    return h + swiglu(rms_norm(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"]), cache
+
+
+def llama_block(x, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, *, pairing="half_split", eps=EPS):
+    """Llama's pre-norm decoder block on a whole sequence, causal, positions 0 .. T - 1. (B, T, d) -> (B, T, d)."""
+    out, _ = llama_block_step(x, params, n_heads, n_kv_heads, rope_base, window, chunk_positions(0, x.shape[1]),
+                              pairing=pairing, eps=eps)
+    return out
+
+
+def llama_logits(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, *, pairing="half_split", eps=EPS):
+    """(B, T) ids -> (B, T, V) logits: embed, the blocks, the final RMSNorm, an untied head W_out."""
+    logits, _ = llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, [ids.shape[1]], pairing=pairing, eps=eps)
+    return logits
+
+
+def cache_positions(caches, n_kv_heads):
+    """(n, L, H_c, S) from each chunk's cache: the position of the key in each slot of each layer and stored head, -1 where empty."""
+    heads = caches[0][0][0].shape[1] if caches and caches[0] else n_kv_heads
+    slots = max((len(held) for cache in caches for _, _, held in cache), default=0)
+    table = torch.full((len(caches), len(caches[0]) if caches else 0, heads, slots), -1, dtype=torch.int64)
+    for i, cache in enumerate(caches):
+        for layer, (_, _, held) in enumerate(cache):
+            table[i, layer, :, : len(held)] = held  # every head of a layer holds the same positions
+    return table
+
+
+def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, chunks=None, *, pairing="half_split", eps=EPS):
+    """A prefill of chunks[0] tokens, then each further chunk on the cache: (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
+    check_vocab_ids(ids, params["embed"].shape[0])
+    T = ids.shape[1]
+    chunks = [T] if chunks is None else [int(n) for n in torch.as_tensor(chunks).reshape(-1)]
+    if any(n < 1 for n in chunks) or sum(chunks) != T:
+        raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
+    cache = [None] * len(params["blocks"])  # per layer: (k, v, positions), k and v (B, H_kv, t, D), positions (t,)
+    logits, caches, start = [], [], 0
+    for n in chunks:
+        x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
+        positions = chunk_positions(start, n)  # past_length + i, not i
+        for layer, block in enumerate(params["blocks"]):
+            x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
+                                               pairing=pairing, eps=eps)
+        logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, V)
+        caches.append(list(cache))  # as it stands after this chunk
+        start += n
+    return torch.cat(logits, dim=1), cache_positions(caches, n_kv_heads)
+
+
+def cross_attention(x, memory, W_q, W_k, W_v, W_o, n_heads):
+    """Queries from x (B, T, d), keys and values from memory (B, S, d), no mask: out (B, T, d), weights (B, H, T, S)."""
+    q = split_heads(x @ W_q, n_heads)  # (B, H, T, D)
+    k, v = split_heads(memory @ W_k, n_heads), split_heads(memory @ W_v, n_heads)  # (B, H, S, D)
+    heads, weights = gqa_attention(q, k, v, False, None, None)
+    return merge_heads(heads) @ W_o, weights  # (B, T, d)
+
+
+def decoder_block(x, memory, params, n_heads, *, gelu_form="tanh", eps=EPS):
+    """The encoder-decoder decoder block, pre-norm: causal self-attention, cross-attention, feed-forward. (B, T, d) -> (B, T, d)."""
+    p = params
+    x = x + attention(layer_norm(x, p["ln1_g"], p["ln1_b"], eps), p["W_q"], p["W_k"], p["W_v"], p["W_o"], n_heads, True)[0]
+    x = x + cross_attention(layer_norm(x, p["ln2_g"], p["ln2_b"], eps), memory, p["Wc_q"], p["Wc_k"], p["Wc_v"], p["Wc_o"], n_heads)[0]
+    return x + feed_forward(layer_norm(x, p["ln3_g"], p["ln3_b"], eps), p["W1"], p["b1"], p["W2"], p["b2"], gelu_form=gelu_form)
+
+
+def qk_norm_attention(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    """Causal GQA with each head's q and k RMS-normalised over D (gains q_norm, k_norm (D,)) before RoPE: out (B, T, d), weights (B, H, T, T)."""
+    p = params
+    q = rms_norm(split_heads(x @ p["W_q"], n_heads), p["q_norm"], eps)  # (B, H, T, D)
+    k = rms_norm(split_heads(x @ p["W_k"], n_kv_heads), p["k_norm"], eps)  # (B, H_kv, T, D)
+    v = split_heads(x @ p["W_v"], n_kv_heads)  # (B, H_kv, T, D): not normalised
+    q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
+    heads, weights = gqa_attention(q, k, v, True, None, None)  # (B, H, T, D), (B, H, T, T)
+    return merge_heads(heads) @ p["W_o"], weights  # (B, T, d)

@@ -1,0 +1,53 @@
+"""Hypothesis strategies for transformer components: shapes, weights, well-posed inputs, dtypes.
+
+Importable by anyone testing their own implementation; every strategy validates its
+arguments (InvalidArgument names the argument, its value and the fix) and says in its
+docstring where it keeps a property well-posed. Values shrink towards simple numbers (0, 1, -1,
+1/2, ...: see strategies/core.py), so a shrunk counterexample reads like x = [[1.], [0.]].
+One module per component:
+
+    core          grid_values, byte_arrays, float_arrays, weights, attention_shapes (long sequences), swept_lengths, dtypes, devices
+    softmax       logits (row patterns: uniform, tied max, dominant, masked), large_logits, shifts, targets
+    norms         norm_rows (row spread bounded away from 0), scale_factors, gains_and_biases
+    activation    activation_inputs, paddings
+    attention     attention_inputs (long sequences, scores up to 1e4, degenerate rows)
+    feed_forward  hidden_states, feed_forward_weights
+    params        block_params, gpt_configs, gpt_params, token_ids (+ init_* builders from a seed)
+    moe           moe_shapes, router_logits (ties, all-zero rows), uniform_mean_router_logits, moe_tokens, moe_params
+    text          corpora, token_streams, window_lengths
+"""
+
+from invariants.strategies._validation import InvalidArgument
+from invariants.strategies.activation import activation_inputs, paddings
+from invariants.strategies.attention import attention_inputs
+from invariants.strategies.core import (
+    EITHER_SIDE,
+    GRID,
+    LONG_LENGTHS,
+    TILE_LENGTHS,
+    AttentionShape,
+    attention_shapes,
+    byte_arrays,
+    devices,
+    dtypes,
+    float_arrays,
+    grid_values,
+    seeds,
+    swept_lengths,
+    weights,
+)
+from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
+from invariants.strategies.moe import MoEShape, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
+from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
+from invariants.strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
+from invariants.strategies.softmax import large_logits, logits, shifts, targets
+from invariants.strategies.text import corpora, token_streams, window_lengths
+
+__all__ = [
+    "EITHER_SIDE", "GRID", "LONG_LENGTHS", "TILE_LENGTHS", "AttentionShape", "GPTConfig", "InvalidArgument", "MoEShape",
+    "activation_inputs", "attention_inputs", "attention_shapes", "block_params", "byte_arrays", "corpora", "devices", "dtypes",
+    "feed_forward_weights", "float_arrays", "gains_and_biases", "gpt_configs", "gpt_params", "grid_values", "hidden_states",
+    "init_block_params", "init_gpt_params", "large_logits", "logits", "moe_params", "moe_shapes", "moe_tokens",
+    "norm_rows", "paddings", "router_logits", "scale_factors", "seeds", "shifts", "swept_lengths", "targets", "token_ids",
+    "token_streams", "uniform_mean_router_logits", "weights", "window_lengths",
+]
