@@ -3,7 +3,7 @@
     from invariants import Implementation, run_invariant, all_invariants
     from invariants.laws.attention import causal_non_leakage   # an Invariant: call inv(impl, case)
 
-See README.md for the list and invariants/registry.py for how one is declared. The names
+See docs/catalogue.md for the list and invariants/registry.py for how one is declared. The names
 below are imported on first use, so that the pytest plugin in this package costs a project
 that does not run the invariants nothing.
 """

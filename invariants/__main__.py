@@ -1,19 +1,23 @@
-"""`python -m invariants`: print the invariant catalogue as Markdown (the README's list is this output), or a protocol table.
+"""`python -m invariants`: print the invariant catalogue as Markdown (docs/catalogue.md's list is this output), or a generated table.
 
-    python -m invariants            # the catalogue, one table per component
-    python -m invariants --names    # one invariant name per line
+    python -m invariants                # the catalogue, one table per component (docs/catalogue.md)
+    python -m invariants --names        # one invariant name per line
     python -m invariants --protocol 2   # docs/protocol.md's table of the functions version 2 added
+    python -m invariants --conventions  # the README's table of every declarable convention
 """
 
 from __future__ import annotations
 
 import argparse
 
+from invariants.conventions import CONVENTIONS
 from invariants.pipes import quiet_when_reader_leaves
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
 
 BEGIN, END = "<!-- catalogue: begin (python -m invariants) -->", "<!-- catalogue: end -->"
+CONVENTIONS_BEGIN = "<!-- conventions: begin (python -m invariants --conventions) -->"
+CONVENTIONS_END = "<!-- conventions: end -->"
 
 
 def protocol_markers(version):
@@ -48,14 +52,39 @@ def protocol_markdown(version):
     return "\n".join(lines) + "\n"
 
 
+def _value(value):
+    """A declarable value as Python code: "tanh", True, 10000.0."""
+    return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
+
+
+def convention_values(convention):
+    """What `convention` may be declared as, and its default: `"tanh"`, `"erf"` (default: undeclared), or a bounded range."""
+    if convention.bounds is not None:
+        (kind,), (low, high) = convention.allowed, convention.bounds
+        allowed = f"{'an int' if kind is int else 'a float'} from {low:,} to {high:,}"
+    else:
+        allowed = ", ".join(map(_value, convention.allowed))
+    return f"{allowed} (default: {'undeclared' if convention.default is None else _value(convention.default)})"
+
+
+def conventions_markdown():
+    """Every declarable convention of invariants.conventions.CONVENTIONS, of both protocol versions, as one Markdown table."""
+    lines = ["| constant | values | what it changes |", "| --- | --- | --- |"]
+    lines += [f"| `{c.name}` | {convention_values(c)} | {c.changes.replace('|', chr(92) + '|')} |" for c in CONVENTIONS.values()]
+    return "\n".join(lines) + "\n"
+
+
 @quiet_when_reader_leaves
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m invariants", description="Print the invariant catalogue.")
     parser.add_argument("--names", action="store_true", help="one invariant name per line instead of Markdown tables")
     parser.add_argument("--protocol", type=int, metavar="VERSION", help="docs/protocol.md's table of the functions VERSION added")
+    parser.add_argument("--conventions", action="store_true", help="the README's table of every declarable convention")
     args = parser.parse_args(argv)
     if args.protocol is not None:
         print(protocol_markdown(args.protocol), end="")
+    elif args.conventions:
+        print(conventions_markdown(), end="")
     elif args.names:
         print("\n".join(inv.name for inv in all_invariants()))
     else:

@@ -1,4 +1,4 @@
-"""The README's invariant list and the protocol document stay in sync with the code."""
+"""The generated pages stay in sync with the code: the catalogue (docs/catalogue.md), the README's conventions, the protocol tables."""
 
 import configparser
 import re
@@ -8,19 +8,49 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from invariants.__main__ import (
+    BEGIN,
+    CONVENTIONS_BEGIN,
+    CONVENTIONS_END,
+    END,
+    catalogue_markdown,
+    conventions_markdown,
+    protocol_markdown,
+    protocol_markers,
+)
 from invariants.asserts import InvariantViolation
+from invariants.conventions import CONVENTIONS
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, REGISTRY, all_invariants
-
-from invariants.__main__ import BEGIN, END, catalogue_markdown, protocol_markdown, protocol_markers
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_lists_exactly_the_registered_invariants():
-    readme = (ROOT / "README.md").read_text()
-    listed = readme.split(BEGIN)[1].split(END)[0].strip()
-    assert listed == catalogue_markdown().strip(), "README is out of date: paste the output of `python -m invariants`"
+def _between(path, begin, end):
+    """The text of the file at `path` between the markers `begin` and `end`, each of which it holds once."""
+    text = (ROOT / path).read_text(encoding="utf-8")
+    assert text.count(begin) == text.count(end) == 1, f"{path} needs one {begin} and one {end}"
+    return text.split(begin)[1].split(end)[0].strip()
+
+
+def test_the_catalogue_page_lists_exactly_the_registered_invariants():
+    listed = _between("docs/catalogue.md", BEGIN, END)
+    assert listed == catalogue_markdown().strip(), "docs/catalogue.md is out of date: paste the output of `python -m invariants`"
+    assert len(re.findall(r"^\| `\w+` \|", listed, flags=re.M)) == len(all_invariants()) > 200
+
+
+def test_the_readme_links_the_catalogue_and_no_longer_holds_it():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert BEGIN not in readme and "(docs/catalogue.md)" in readme
+
+
+def test_the_readme_lists_every_declarable_convention_of_both_protocol_versions():
+    """The README's conventions table is `python -m invariants --conventions`: one row per entry of invariants.conventions.CONVENTIONS."""
+    listed = _between("README.md", CONVENTIONS_BEGIN, CONVENTIONS_END)
+    assert listed == conventions_markdown().strip(), "README is out of date: paste `python -m invariants --conventions`"
+    rows = re.findall(r"^\| `(\w+)` \|", listed, flags=re.M)
+    assert rows == list(CONVENTIONS) and {"ROPE_THETA", "SLIDING_WINDOW", "COMPUTE_DTYPE", "GELU_FORM"} <= set(rows)
 
 
 def test_every_component_has_invariants_with_a_statement_and_a_hint():

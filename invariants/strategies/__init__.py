@@ -15,11 +15,17 @@ One module per component:
     params        block_params, gpt_configs, gpt_params, token_ids (+ init_* builders from a seed)
     moe           moe_shapes, router_logits (ties, all-zero rows), uniform_mean_router_logits, moe_tokens, moe_params
     text          corpora, token_streams, window_lengths
+    decoder       the modern decoder (protocol version 2): rope_inputs, gqa_shapes, gqa_inputs (key masks, windows, a
+                  cache's offset), swiglu_inputs, llama_configs, llama_block_params, llama_params, decode_schedules (chunk
+                  splits, a window's edge), cross_inputs, decoder_block_params, qk_norm_inputs (+ init_* builders)
+
+Each *_inputs strategy draws a dict in the order its protocol function takes it; attention_args, gqa_args,
+cross_args and qk_norm_args turn one into the call's positional arguments.
 """
 
 from invariants.strategies._validation import InvalidArgument
 from invariants.strategies.activation import activation_inputs, paddings
-from invariants.strategies.attention import attention_inputs
+from invariants.strategies.attention import attention_args, attention_inputs
 from invariants.strategies.core import (
     EITHER_SIDE,
     GRID,
@@ -36,6 +42,27 @@ from invariants.strategies.core import (
     swept_lengths,
     weights,
 )
+from invariants.strategies.decoder import (
+    GQAShape,
+    LlamaConfig,
+    cross_args,
+    cross_inputs,
+    decode_schedules,
+    decoder_block_params,
+    gqa_args,
+    gqa_inputs,
+    gqa_shapes,
+    init_decoder_block_params,
+    init_llama_block_params,
+    init_llama_params,
+    llama_block_params,
+    llama_configs,
+    llama_params,
+    qk_norm_args,
+    qk_norm_inputs,
+    rope_inputs,
+    swiglu_inputs,
+)
 from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
 from invariants.strategies.moe import MoEShape, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
@@ -50,4 +77,8 @@ __all__ = [
     "init_block_params", "init_gpt_params", "large_logits", "logits", "moe_params", "moe_shapes", "moe_tokens",
     "norm_rows", "paddings", "router_logits", "scale_factors", "seeds", "shifts", "swept_lengths", "targets", "token_ids",
     "token_streams", "uniform_mean_router_logits", "weights", "window_lengths",
+    # the modern decoder (protocol version 2)
+    "GQAShape", "LlamaConfig", "attention_args", "cross_args", "cross_inputs", "decode_schedules", "decoder_block_params", "gqa_args",
+    "gqa_inputs", "gqa_shapes", "init_decoder_block_params", "init_llama_block_params", "init_llama_params", "llama_block_params",
+    "llama_configs", "llama_params", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
 ]

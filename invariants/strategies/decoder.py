@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache, partial
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from invariants.strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
 from invariants.strategies.core import cached_strategy, integers, just, mapped, sampled_from, scales, seeds
@@ -50,7 +52,7 @@ def _scales(min_scale, max_scale):
 
 
 def rope_inputs(*, min_batch=1, max_batch=2, min_heads=1, max_heads=2, min_seq=1, max_seq=6, min_pairs=1, max_pairs=4,
-                max_position=64, bases=ROPE_BASES):
+                max_position=64, bases=ROPE_BASES) -> SearchStrategy[dict[str, Any]]:
     """dicts {x (B, H, T, D), positions (T,) int64, base}, in the order rope takes them; D = 2·pairs (even by construction).
 
     positions are T distinct integers in [0, max_position], in any order (a cache's positions are
@@ -125,7 +127,7 @@ class GQAShape:
 
 @cached_strategy
 def gqa_shapes(*, min_batch=1, max_batch=2, min_kv_heads=1, max_kv_heads=2, min_group=1, max_group=3, min_seq=1, max_seq=5,
-               min_cached=0, max_cached=3, min_d_head=1, max_d_head=4):
+               min_cached=0, max_cached=3, min_d_head=1, max_d_head=4) -> SearchStrategy[GQAShape]:
     """GQAShape with H = n_kv_heads·group (divisible by construction) and S = T + cached >= T.
 
     Shrinks towards one kv head, group 1 (multi-head), no cache (S = T), seq 1 and d_head 1;
@@ -162,7 +164,8 @@ def key_mask_of(pattern, batch, keys, rng):
 
 
 @cached_strategy
-def gqa_inputs(*, shapes=None, causal=None, masked=None, windowed=None, patterns=KEY_MASK_PATTERNS, min_scale=1.0, max_scale=1.0):
+def gqa_inputs(*, shapes=None, causal=None, masked=None, windowed=None, patterns=KEY_MASK_PATTERNS, min_scale=1.0,
+               max_scale=1.0) -> SearchStrategy[dict[str, Any]]:
     """dicts {q (B, H, T, D), k and v (B, H_kv, S, D), causal, key_mask, window}, in the order gqa_attention takes them.
 
     shapes: a strategy of GQAShape (default gqa_shapes()). causal, masked (a key mask, else None) and
@@ -214,7 +217,7 @@ def gqa_args(inputs):
 # -- SwiGLU ---------------------------------------------------------------------------------------------
 
 
-def swiglu_inputs(*, min_rows=1, max_rows=4, min_d_model=1, max_d_model=6, min_d_ff=1, max_d_ff=8):
+def swiglu_inputs(*, min_rows=1, max_rows=4, min_d_model=1, max_d_model=6, min_d_ff=1, max_d_ff=8) -> SearchStrategy[dict[str, np.ndarray]]:
     """dicts {x (N, d), W_gate (d, F), W_up (d, F), W_down (F, d)}; matrices of std 1/√fan_in, x standard normal."""
     check_int_range("rows", min_rows, max_rows, low=1)
     check_int_range("d_model", min_d_model, max_d_model, low=1)
@@ -262,7 +265,8 @@ class LlamaConfig:
 
 @cached_strategy
 def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_kv_heads=2, min_group=1, max_group=2, min_pairs=1,
-                  max_pairs=2, max_d_ff=10, windowed=None, min_window=1, max_window=6, qkv_bias=None, bases=ROPE_BASES):
+                  max_pairs=2, max_d_ff=10, windowed=None, min_window=1, max_window=6, qkv_bias=None,
+                  bases=ROPE_BASES) -> SearchStrategy[LlamaConfig]:
     """LlamaConfig with H divisible by H_kv, D = 2·pairs and d_model = H·D (as in Llama, Mistral and Qwen2; the reference takes any d).
 
     windowed=None draws configs with and without a sliding window (w in [min_window, max_window]); qkv_bias=None
@@ -293,7 +297,7 @@ def llama_configs(*, min_vocab=2, max_vocab=10, min_layers=1, max_layers=2, max_
     return configs()
 
 
-def init_llama_block_params(config, seed):
+def init_llama_block_params(config, seed) -> dict[str, np.ndarray]:
     """One Llama block's params from `seed`: attn_norm W_q W_k W_v W_o ffn_norm W_gate W_up W_down (+ b_q b_k b_v where config.qkv_bias).
 
     Matrices standard normal / √fan_in, norm gains uniform in [0.5, 1.5], biases N(0, 0.2²).
@@ -320,14 +324,14 @@ def init_llama_block_params(config, seed):
 
 
 @cached_strategy
-def llama_block_params(config):
+def llama_block_params(config) -> SearchStrategy[dict[str, np.ndarray]]:
     """Params dicts for one block of `config` (see init_llama_block_params)."""
     if not isinstance(config, LlamaConfig):
         raise InvalidArgument(f"config={config!r} must be a LlamaConfig; draw one from llama_configs()")
     return mapped(seeds(), partial(init_llama_block_params, config))  # built once per config
 
 
-def init_llama_params(config, seed):
+def init_llama_params(config, seed) -> dict[str, Any]:
     """A model's params from `seed`: embed (V, d), blocks [...], norm (d,), W_out (d, V) (an untied head)."""
     if not isinstance(config, LlamaConfig):
         raise InvalidArgument(f"config={config!r} must be a LlamaConfig")
@@ -342,14 +346,14 @@ def init_llama_params(config, seed):
 
 
 @cached_strategy
-def llama_params(config):
+def llama_params(config) -> SearchStrategy[dict[str, Any]]:
     """Params trees for a model of `config` (see init_llama_params)."""
     if not isinstance(config, LlamaConfig):
         raise InvalidArgument(f"config={config!r} must be a LlamaConfig; draw one from llama_configs()")
     return mapped(seeds(), partial(init_llama_params, config))
 
 
-def decode_schedules(seq, *, min_chunks=1, max_prefill=None, max_chunk=None, straddling=None):
+def decode_schedules(seq, *, min_chunks=1, max_prefill=None, max_chunk=None, straddling=None) -> SearchStrategy[list[int]]:
     """int64 arrays of at least min_chunks chunk sizes, each >= 1, summing to `seq`: a prefill then the further chunks, split anywhere.
 
     Generates on purpose the one-chunk schedule (a plain forward, where min_chunks is 1), token by
@@ -427,7 +431,7 @@ def _limited_schedules(seq, min_chunks, max_prefill, max_chunk):
 
 
 def cross_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=4, min_memory=1, max_memory=4, min_heads=1, max_heads=2, min_d_head=1,
-                 max_d_head=3):
+                 max_d_head=3) -> SearchStrategy[dict[str, Any]]:
     """dicts {x (B, T, d), memory (B, S, d), W_q, W_k, W_v, W_o (d, d), n_heads}, in the order cross_attention takes them.
 
     T decoder positions and S encoder positions are drawn independently (S < T, S = T, S > T all occur);
@@ -461,7 +465,7 @@ def cross_args(inputs):
     return tuple(inputs[name] for name in ("x", "memory", "W_q", "W_k", "W_v", "W_o", "n_heads"))
 
 
-def init_decoder_block_params(d_model, seed, *, d_ff=None):
+def init_decoder_block_params(d_model, seed, *, d_ff=None) -> dict[str, np.ndarray]:
     """One decoder block's params from `seed`: ln1_g ln1_b W_q W_k W_v W_o, ln2_g ln2_b Wc_q Wc_k Wc_v Wc_o, ln3_g ln3_b W1 b1 W2 b2.
 
     Matrices standard normal / √fan_in, gains uniform in [0.5, 1.5], biases N(0, 0.2²); d_ff defaults to 4·d_model.
@@ -487,7 +491,7 @@ def init_decoder_block_params(d_model, seed, *, d_ff=None):
 
 
 @cached_strategy
-def decoder_block_params(d_model, *, d_ff=None):
+def decoder_block_params(d_model, *, d_ff=None) -> SearchStrategy[dict[str, np.ndarray]]:
     """Params dicts for one encoder-decoder decoder block of width d_model (see init_decoder_block_params)."""
     check_int("d_model", d_model, low=1)
     if d_ff is not None:
@@ -500,7 +504,7 @@ def decoder_block_params(d_model, *, d_ff=None):
 
 @cached_strategy
 def qk_norm_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=5, max_kv_heads=2, min_group=1, max_group=2, min_pairs=1, max_pairs=3,
-                   max_d_model=6, max_start=64, bases=ROPE_BASES, min_qk_scale=1.0, max_qk_scale=1.0):
+                   max_d_model=6, max_start=64, bases=ROPE_BASES, min_qk_scale=1.0, max_qk_scale=1.0) -> SearchStrategy[dict[str, Any]]:
     """dicts {x (B, T, d), params, n_heads, n_kv_heads, positions (T,), rope_base}, in the order qk_norm_attention takes them.
 
     H = n_kv_heads·group, D = 2·pairs, and d in [1, max_d_model] drawn apart from H·D (Qwen3's d is not H·D).
