@@ -188,9 +188,9 @@ def test_each_lays_out_every_block_under_its_index():
     assert sorted(out) == ["h.0.fc.w", "h.1.fc.w", "h.2.fc.w"] and torch.equal(out["h.2.fc.w"], torch.full((3, 2), 2.0))
 
 
-def test_a_layout_naming_a_parameter_the_module_lacks_is_a_key_error():
+def test_a_layout_naming_a_parameter_the_module_lacks_is_a_toolkit_error():
     linear = tk.module(lambda d_model: torch.nn.Linear(d_model, d_model), like=torch.zeros(1, 3), d_model=3)
-    with pytest.raises(KeyError, match="wieght"):
+    with pytest.raises(tk.ToolkitError, match="wieght"):
         tk.call(linear, {"wieght": torch.eye(3), "bias": torch.zeros(3)}, torch.ones(1, 3))
 
 
@@ -320,5 +320,5 @@ def test_held_positions_reads_heads_and_slots_from_the_keys_and_positions_from_t
     assert tk.held_positions(keys, 6, "grow").tolist() == [[[2, 3, 4, 5]] * 2]  # the last 4 of 6
     assert tk.held_positions(keys, 2, "grow").tolist() == [[[-2, -1, 0, 1]] * 2]  # holds more than it has seen: the law fails it
     assert tk.held_positions([torch.zeros(1, 4, 2, 3)], 4, "whole", axes="bshd").shape == (1, 2, 4)  # nanochat's (B, T, H, D)
-    with pytest.raises(ValueError, match="slots='ragged' is not a slot rule"):
+    with pytest.raises(tk.ToolkitError, match="slots='ragged' is not a slot rule"):
         tk.held_positions(keys, 1, "ragged")

@@ -46,12 +46,21 @@ import numpy as np
 
 __all__ = [
     "T", "cat", "heads", "zeros", "norm", "under", "each", "weights",
-    "module", "quiet", "call", "capture", "substitute", "causal_mask", "bad_ids",
-    "layer_norm", "attention", "cross_attention", "feed_forward", "transformer_block", "decoder_block", "gpt_logits", "cross_entropy",
-    "gpt_param_count", "visible_keys", "rope", "swiglu", "llama_block", "llama_logits", "llama_decode", "gqa_attention",
+    "module", "quiet", "call", "capture", "substitute", "causal_mask", "bad_ids", "ToolkitError",
+    "layer_norm", "rms_norm", "attention", "cross_attention", "feed_forward", "transformer_block", "decoder_block", "gpt_logits", "cross_entropy",
+    "gpt_param_count", "visible_keys", "held_positions", "rope", "swiglu", "llama_block", "llama_logits", "llama_decode",
+    "llama_logits_by_decoding", "gqa_attention",
 ]
 
 OPTIONAL_BIASES = {"b_q": "W_q", "b_k": "W_k", "b_v": "W_v", "b_o": "W_o"}  # a bias the suite did not draw is zeros, sized by its weight
+
+
+class ToolkitError(Exception):
+    """An error of the adapter or of the toolkit (a layout, a slot rule, a cache it cannot read), never the code's refusal of an input.
+
+    The laws read its type's name (ImplementationError.original; the gate's worker reports it as data) and never advise a
+    declaration for it: invariants.laws.decoding reports a llama_decode that raised one as an error, not as a refused split.
+    """
 
 
 def _is_torch(value):
@@ -77,12 +86,18 @@ def _source(spec, params):
     if spec in OPTIONAL_BIASES and OPTIONAL_BIASES[spec] in params:
         weight = params[OPTIONAL_BIASES[spec]]  # (d_in, d_out): the bias has d_out entries
         return weight.new_zeros(weight.shape[-1]) if _is_torch(weight) else np.zeros(weight.shape[-1], weight.dtype)
-    raise KeyError(f"the layout reads {spec!r}, which the suite's params do not hold (they hold {', '.join(sorted(map(str, params)))})")
+    raise ToolkitError(f"the layout reads {spec!r}, which the suite's params do not hold (they hold {', '.join(sorted(map(str, params)))})")
 
 
 def T(spec):  # noqa: N802 - named like the transpose it is
-    """The (d_in, d_out) weight transposed to (d_out, d_in), the layout nn.Linear stores."""
-    return lambda params: _source(spec, params).T
+    """The (d_in, d_out) weight transposed to (d_out, d_in), the layout nn.Linear stores; contiguous, as a module's own parameters
+    are (code may .view() what it computes from them)."""
+
+    def transposed(params):
+        value = _source(spec, params).T
+        return value.contiguous() if _is_torch(value) else value
+
+    return transposed
 
 
 def cat(*specs, dim=0):
@@ -172,7 +187,9 @@ def _built(build, part, sizes, dtype, device):
     if _nn_module(made):
         import torch
 
-        made = torch.nn.Module.to(made, dtype=dtype, device=device)  # nn.Module's own .to: some libraries override it (HookedTransformer)
+        made = torch.nn.Module.to(made, device=device)  # nn.Module's own .to: some libraries override it (HookedTransformer)
+        # floating tensors only: .to(dtype) would cast a complex RoPE table (Meta's freqs_cis) to real, dropping its imaginary part
+        made._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
         made.eval()
         with torch.no_grad():  # its own weights are never meant to be used: one the layout forgets makes the output NaN, loudly
             for parameter in made.parameters():
@@ -217,7 +234,21 @@ def _names(target):
 def _check_names(target, given):
     unknown = sorted(set(given) - _names(target))
     if unknown:
-        raise KeyError(f"the layout names {', '.join(unknown)}, which {type(target).__name__} does not have (see its named_parameters())")
+        raise ToolkitError(f"the layout names {', '.join(unknown)}, which {type(target).__name__} does not have (see its named_parameters())")
+
+
+@functools.lru_cache(maxsize=256)
+def _tied(target):
+    """The groups of names that share one tensor in a torch module (a head tied to the token table), each group of two or more."""
+    groups = {}
+    for name, tensor in target.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(tensor), []).append(name)
+    return [set(names) for names in groups.values() if len(names) > 1]
+
+
+def _unties(target, values):
+    """Whether `values` give two or more names of one tied group of target's: the suite's weights untie them."""
+    return any(len(group & values.keys()) > 1 for group in _tied(target))
 
 
 @functools.cache
@@ -257,7 +288,9 @@ def call(target, values, *args, forward=None, **kwargs):
     """forward(target, *args, **kwargs) (default target(*args, **kwargs)) with target's parameters replaced by `values` ({name: array}).
 
     A torch module runs through torch.func.functional_call (nothing copied; autograd reaches the
-    arrays); any other object has the values set as attributes for the call.
+    arrays); any other object has the values set as attributes for the call. Where values name two
+    parameters the module ties (lm_head.weight and the token table), each gets its own array
+    (functional_call's tie_weights=False); where they name one of them, the tie holds.
     """
     forward = forward or (lambda m, *a, **k: m(*a, **k))
     if not _nn_module(target):
@@ -266,7 +299,8 @@ def call(target, values, *args, forward=None, **kwargs):
     from torch.func import functional_call
 
     _check_names(target, values)
-    return functional_call(_bound_class()(target, forward), {"module." + k: v for k, v in values.items()}, args, kwargs)
+    return functional_call(_bound_class()(target, forward), {"module." + k: v for k, v in values.items()}, args, kwargs,
+                           tie_weights=not _unties(target, values))
 
 
 @contextmanager
@@ -350,6 +384,17 @@ def layer_norm(build, forward=None, *, layout=None, part=None):
         return call(target, weights(layout, {"gain": gain, "bias": bias}), x, forward=forward or _default_forward)
 
     return _named(layer_norm, "layer_norm", f"layer_norm(x, gain, bias, eps) through {getattr(build, '__name__', build)}")
+
+
+def rms_norm(build, forward=None, *, layout=None, part=None):
+    """rms_norm(x, gain, eps) from build(d_model, eps); layout default {"weight": "gain"} (nn.RMSNorm's and most Llamas' name)."""
+    layout = layout or {"weight": "gain"}
+
+    def rms_norm(x, gain, eps=1e-5):
+        target = module(build, like=x, part=part, d_model=x.shape[-1], eps=eps)
+        return call(target, weights(layout, {"gain": gain}), x, forward=forward or _default_forward)
+
+    return _named(rms_norm, "rms_norm", f"rms_norm(x, gain, eps) through {getattr(build, '__name__', build)}")
 
 
 def attention(build, layout, forward, *, weights_from=None, part=None):
@@ -521,24 +566,40 @@ def swiglu(build, layout, forward=None, *, part=None):
     return _named(swiglu, "swiglu", "swiglu(x, W_gate, W_up, W_down) -> (..., d)")
 
 
-def _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, max_len):
-    """What a Llama builder may ask for: d_model, n_heads, n_kv_heads, d_head, d_ff, rope_base, window, max_len, qkv_bias (and vocab, n_layers)."""
+def _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, shape):
+    """What a Llama builder may ask for: d_model, n_heads, n_kv_heads, d_head, d_ff, rope_base, window, max_len (T), max_batch (B),
+    qkv_bias (and vocab, n_layers), from the params and the (B, T) of the call."""
     blocks = params.get("blocks", [params])  # a model's, or a block's own params
     (d_model, q_width), d_ff, block = blocks[0]["W_q"].shape, blocks[0]["W_gate"].shape[1], blocks[0]
     sizes = {"d_model": d_model, "n_heads": n_heads, "n_kv_heads": n_kv_heads, "d_head": q_width // n_heads, "d_ff": d_ff,
-             "rope_base": float(rope_base), "window": window, "max_len": max_len, "qkv_bias": "b_q" in block}
+             "rope_base": float(rope_base), "window": window, "max_len": shape[1], "max_batch": shape[0], "qkv_bias": "b_q" in block}
     if "embed" in params:
         sizes.update(vocab=params["embed"].shape[0], n_layers=len(blocks))
     return sizes
 
 
+def _offered(forward, positions, window, slots=None):
+    """The keywords forward names of `positions` (n,) and `visible`: the (n, S) mask of visible_keys over S slots (default n)."""
+    extra = {"positions": positions} if _asks(forward, "positions") else {}
+    if _asks(forward, "visible"):
+        extra["visible"] = visible_keys(positions, len(positions) if slots is None else slots, window=window)
+    return extra
+
+
 def llama_block(build, layout, forward=None, *, part=None):
     """llama_block(x, params, n_heads, n_kv_heads, rope_base, window) from build(d_model, n_heads, n_kv_heads, d_head, d_ff, rope_base,
-    window, max_len, qkv_bias) and forward(module, x) (default module(x)): positions 0 .. T - 1, causal, the code's own mask."""
+    window, max_len, max_batch, qkv_bias) and forward(module, x) (default module(x)): positions 0 .. T - 1, causal.
+
+    A forward that names `positions` gets them (T,), one that names `visible` the (T, T) mask, True where a query may see a key
+    (causal, the window applied), for a block whose caller makes its RoPE tables and mask: build the whole model, lay the
+    block's weights out under("layers.0.", BLOCK), and call model.layers[0] with the model's own tables (docs/adapters.md).
+    """
 
     def llama_block(x, params, n_heads, n_kv_heads, rope_base, window):
-        target = module(build, like=x, part=part, **_llama_sizes(params, n_heads, n_kv_heads, rope_base, window, x.shape[1]))
-        return call(target, weights(layout, params), x, forward=forward or _default_forward)
+        target = module(build, like=x, part=part, **_llama_sizes(params, n_heads, n_kv_heads, rope_base, window, x.shape[:2]))
+        forward_ = forward or _default_forward
+        extra = _offered(forward_, _arange(x.shape[1], x), window)
+        return call(target, weights(layout, params), x, forward=forward_, **extra)
 
     return _named(llama_block, "llama_block", "llama_block(x, params, n_heads, n_kv_heads, rope_base, window) -> (B, T, d)")
 
@@ -557,12 +618,15 @@ def _refused(ids, vocab, check_ids, refuses, run):
 
 def llama_logits(build, layout, forward=None, *, refuses=(IndexError, RuntimeError), check_ids=False, part=None):
     """llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window) from build(vocab, n_layers and llama_block's sizes) and
-    forward(module, ids) (default module(ids)) -> (B, T, V); bad ids become ValueError as in gpt_logits."""
+    forward(module, ids) (default module(ids)) -> (B, T, V); bad ids become ValueError as in gpt_logits. forward may name
+    `positions` and `visible`, as llama_block's."""
 
     def llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window):
-        sizes = _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, ids.shape[-1])
+        sizes = _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, ids.shape)
         target = module(build, like=params["embed"], part=part, **sizes)
-        run = functools.partial(call, target, weights(layout, params), ids, forward=forward or _default_forward)
+        forward_ = forward or _default_forward
+        extra = _offered(forward_, _arange(ids.shape[-1], params["embed"]), window)
+        run = functools.partial(call, target, weights(layout, params), ids, forward=forward_, **extra)
         return _refused(ids, sizes["vocab"], check_ids, refuses, run)
 
     return _named(llama_logits, "llama_logits", "llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window) -> (B, T, V)")
@@ -581,7 +645,7 @@ def held_positions(keys, t, slots, *, axes="bhsd"):
     import torch
 
     if slots not in SLOT_RULES:
-        raise ValueError(f"slots={slots!r} is not a slot rule: expected one of {', '.join(map(repr, SLOT_RULES))}")
+        raise ToolkitError(f"slots={slots!r} is not a slot rule: expected one of {', '.join(map(repr, SLOT_RULES))}")
     tables = []
     for cached in keys:
         H_c, S = cached.shape[axes.index("h")], cached.shape[axes.index("s")]
@@ -593,13 +657,38 @@ def held_positions(keys, t, slots, *, axes="bhsd"):
         else:
             held = torch.where(slot < t, slot + S * torch.div(t - 1 - slot, S, rounding_mode="floor"), -1)
         tables.append(held.expand(H_c, S))
-    return torch.stack(tables)
+    return _padded(tables)  # layers whose caches hold different slot counts: -1 past a layer's own
 
 
 def _asks(forward, name):
     """Whether forward names the argument `name` (or takes **kwargs)."""
     accepted = _accepted(forward)
     return accepted is None or name in accepted
+
+
+def _arange(n, like):
+    import torch
+
+    return torch.arange(n, device=like.device)
+
+
+def _padded(tables):
+    """Position tables (..., S_i) of different slot counts stacked into one (n, ..., S), -1 in the slots a table does not have."""
+    import torch
+
+    S = max(table.shape[-1] for table in tables)
+    return torch.stack([torch.nn.functional.pad(table, (0, S - table.shape[-1]), value=-1) for table in tables])
+
+
+@contextmanager
+def _own(what):
+    """Any error of the block (the toolkit's bookkeeping, or an adapter function it calls) as a ToolkitError naming `what`."""
+    try:
+        yield
+    except ToolkitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the adapter's or the toolkit's own mistake, never the code's refusal of an input
+        raise ToolkitError(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
 
 def llama_decode(build, layout, step, *, keys, slots="grow", axes="bhsd", refuses=(IndexError, RuntimeError), check_ids=False, part=None):
@@ -609,35 +698,57 @@ def llama_decode(build, layout, step, *, keys, slots="grow", axes="bhsd", refuse
 
     The module is built afresh for every call (its cache starts empty) and is called once per chunk;
     keys(module) returns its per-layer key caches, read after each chunk by held_positions(keys, t,
-    slots, axes=axes). A step that names a `visible` argument also gets visible_keys(positions, S,
-    window=window): the (n, S) mask over the cache's S slots (slots "whole": read from the keys) or
-    over the S = start + n keys a growing cache holds once the chunk is in.
+    slots, axes=axes); the tables of a cache that grows are padded with -1 to the last one's slots. A
+    step that names a `visible` argument also gets visible_keys(positions, S, window=window): the (n, S)
+    mask over the cache's S slots (slots "whole": read from the keys) or over the S = start + n keys a
+    growing cache holds once the chunk is in. An error of the toolkit's own bookkeeping or of keys()
+    is a ToolkitError (the laws never read it as a refusal); the step's own errors are the code's.
+    The function's `cache_slots` attribute names the slot rule, for the run's header.
     """
     import torch
 
     if slots not in SLOT_RULES:
-        raise ValueError(f"slots={slots!r} is not a slot rule: expected one of {', '.join(map(repr, SLOT_RULES))}")
+        raise ToolkitError(f"slots={slots!r} is not a slot rule: expected one of {', '.join(map(repr, SLOT_RULES))}")
     if slots == "ring" and _asks(step, "visible"):
-        raise ValueError("a ring cache's slots do not hold positions 0 .. S - 1 in order: build its mask in step, not from `visible`")
+        raise ToolkitError("a ring cache's slots do not hold positions 0 .. S - 1 in order: build its mask in step, not from `visible`")
 
     def llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks):
-        sizes = _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, ids.shape[-1])
+        sizes = _llama_sizes(params, n_heads, n_kv_heads, rope_base, window, ids.shape)
         target = module(build, like=params["embed"], part=part, fresh=True, batch=ids.shape[0], **sizes)
-        values, logits, table, start = weights(layout, params), [], [], 0
+        with _own("the layout"):
+            values = weights(layout, params)
+        logits, table, start = [], [], 0
         for n in (int(c) for c in chunks):
             positions = torch.arange(start, start + n, device=ids.device)
             extra = {}
             if _asks(step, "visible"):  # the (n, S) mask over a whole-sequence cache's S slots, or over the start + n keys a growing one holds
-                S = keys(target)[0].shape[axes.index("s")] if slots == "whole" else start + n
+                with _own(f"keys(module) (axes={axes!r})"):
+                    S = keys(target)[0].shape[axes.index("s")] if slots == "whole" else start + n
                 extra["visible"] = visible_keys(positions, S, window=window)
             run = functools.partial(call, target, values, ids[:, start : start + n], positions, forward=step, **extra)
             logits.append(_refused(ids, sizes["vocab"], check_ids, refuses, run))
             start += n
-            table.append(held_positions(keys(target), start, slots, axes=axes))
-        return torch.cat(logits, dim=1), torch.stack(table)
+            with _own(f"reading the cache after {start} tokens (keys(module), axes={axes!r}, slots={slots!r})"):
+                table.append(held_positions(keys(target), start, slots, axes=axes))
+        return torch.cat(logits, dim=1), _padded(table)
 
     what = "llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks) -> (logits (B, T, V), cache_positions (n, L, H_c, S))"
-    return _named(llama_decode, "llama_decode", what)
+    decode = _named(llama_decode, "llama_decode", what)
+    decode.cache_slots = slots
+    return decode
+
+
+def llama_logits_by_decoding(llama_decode, *, max_chunk=None):
+    """llama_logits from a llama_decode, for code whose forward only runs through its cache: the whole sequence as one chunk,
+    or in chunks of at most max_chunk tokens (1: code that takes one-token steps only)."""
+    import torch
+
+    def llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window):
+        T = ids.shape[-1]
+        chunks = [T] if max_chunk is None else [min(max_chunk, T - start) for start in range(0, T, max_chunk)]
+        return llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, torch.tensor(chunks))[0]
+
+    return _named(llama_logits, "llama_logits", "llama_logits(ids, params, n_heads, n_kv_heads, rope_base, window) -> (B, T, V), by decoding")
 
 
 @contextmanager
@@ -674,7 +785,7 @@ def gqa_attention(build, forward, *, q, k, v, out, identity=(), part=None):
     def gqa_attention(q_, k_, v_, causal, key_mask, window):
         (B, H, T_, D), (H_kv, S) = q_.shape, k_.shape[1:3]
         target = module(build, like=q_, part=part, fresh=True, d_model=H * D, n_heads=H, n_kv_heads=H_kv, d_head=D, max_len=S,
-                        window=window, batch=B)
+                        window=window, batch=B, max_batch=B)
         with _identities(target, identity), capture(target, out, inputs=True) as seen:
             for start, end in ((0, S - T_), (S - T_, S)) if S > T_ else ((0, S),):  # the cached keys' prefill, then the queries
                 queries = q_ if end == S else q_.new_zeros(B, H, end - start, D)

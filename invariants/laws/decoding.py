@@ -30,6 +30,7 @@ from invariants.strategies.decoder import decode_schedules, llama_params
 
 LESSON = 140  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("llama_decode",)  # the protocol functions whose laws it holds
+TOOLKIT_ERROR = "ToolkitError"  # invariants.adapters.toolkit's own errors (its type's name, as the gate's worker reports it): never a refusal
 
 
 def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
@@ -70,6 +71,8 @@ def decode(impl, ids, params, config, chunks, call):
     try:
         answer = impl.llama_decode(ids, params, *sizes(config), chunks)
     except ImplementationError as exc:
+        if type(exc.original).__name__ == TOOLKIT_ERROR:  # the adapter's toolkit failed, not the code: no declaration would help
+            raise
         raise ImplementationError(
             f"llama_decode refused chunks={chunks.tolist()} at window={config.window} ({exc}): if it takes no such split, declare "
             "MAX_DECODE_CHUNK or CHUNKS_WITHIN_WINDOW (docs/protocol.md); otherwise it crashed", original=exc.original, refused=True) from None
