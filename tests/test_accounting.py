@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import invariants.accounting
 from invariants.accounting import BITS, ConfigError, card, count, kv_values_per_token, model_from_config, param_count, read_config, tensor_shapes
 from invariants.accounting.cli import main
+from invariants.accounting.count import expert_params
 from invariants.accounting.strategies import model_configs
 from invariants.reference.counts import gpt_param_count
 from invariants.strategies._validation import InvalidArgument
@@ -34,6 +35,11 @@ KNOWN = {
     "qwen2-0.5b": (494_032_768, 494_032_768),  # tied head
     "deepseek-v2-lite": (15_706_484_224, 2_661_150_208),
     "deepseek-v3": (671_026_404_352, 37_552_282_624),  # without the multi-token-prediction layer transformers does not build
+    "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704),
+    "gpt-oss-20b": (20_914_757_184, 4_187_440_704),
+    "gpt-oss-120b": (116_829_156_672, 5_711_982_912),
+    "gemma-3-1b": (999_885_952, 999_885_952),  # tied head
+    "gemma-3-27b": (27_009_346_304, 27_009_346_304),  # the text model; tied head
     "tinygpt": (27_328, 27_328),  # the lesson's model
 }
 
@@ -158,7 +164,7 @@ def test_active_is_at_most_total_and_equal_when_every_expert_is_chosen(config):
     m = model_from_config(config)
     c = count(m)
     assert c.active <= c.total
-    assert c.total - c.active == m.moe_layers * (m.n_experts - m.experts_per_token) * 3 * m.d_model * m.d_expert
+    assert c.total - c.active == m.moe_layers * (m.n_experts - m.experts_per_token) * expert_params(m)
     if m.n_experts:
         every = count(replace(m, experts_per_token=m.n_experts))
         assert every.active == every.total == c.total
@@ -188,7 +194,8 @@ def test_model_configs_validates_its_arguments():
 
 LLAMA = read_config("llama-3-8b")
 BAD = [
-    ({"model_type": "bert"}, 'key "model_type": expected one of deepseek_v2, deepseek_v3, gpt2, llama, mistral, mixtral, qwen2, got "bert"'),
+    ({"model_type": "bert"}, 'key "model_type": expected one of deepseek_v2, deepseek_v3, gemma3, gemma3_text, gpt2, gpt_oss, llama, mistral, '
+                             'mixtral, qwen2, qwen3_moe, got "bert"'),
     ({"model_type": None}, 'key "model_type": expected one of'),
     ({"hidden_size": None}, 'key "hidden_size": expected a positive integer (the model width d), got null'),
     ({"hidden_size": "4096"}, 'key "hidden_size": expected a positive integer (the model width d), got "4096" (a string)'),

@@ -19,10 +19,18 @@ COMPARED = settings(max_examples=60, deadline=None, database=None, suppress_heal
 
 
 def built(config):
-    """transformers' model for config, on the meta device: {parameter name: shape}, a tied head listed once."""
+    """transformers' model for config, on the meta device: {parameter name: shape}, a tied head listed once.
+
+    For Gemma 3's multimodal config, its text part: Gemma3ForConditionalGeneration without the vision tower and the
+    projector, named as Gemma3ForCausalLM names them.
+    """
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
-    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    if config["model_type"] != "gemma3":
+        return shapes
+    vision = ("model.vision_tower.", "model.multi_modal_projector.")
+    return {name.replace("model.language_model.", "model."): shape for name, shape in shapes.items() if not name.startswith(vision)}
 
 
 def as_transformers_builds_it(config):

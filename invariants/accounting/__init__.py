@@ -6,7 +6,8 @@
     card("path/to/config.json")["kv_cache"]["bytes_per_token"]["bfloat16"]
 
 The command line: `python -m invariants.accounting llama-3-8b` or `invariants-card path/config.json [--json]`.
-Families: GPT-2, Llama (tied and untied heads), Mistral, Qwen2, Mixtral, DeepSeek-V2/V3 (docs/accounting.md).
+Families: GPT-2, Llama (tied and untied heads), Mistral, Qwen2, Mixtral, DeepSeek-V2/V3, Qwen3-MoE, Gemma 3 (the
+text model), gpt-oss (docs/accounting.md).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def card(source: ConfigSource, *, overrides: Mapping[str, Any] | None = None, to
         "model": str(source) if isinstance(source, (str, os.PathLike)) else config.get("_name_or_path") or model.model_type,
         "model_type": model.model_type,
         "overrides": [{"set": key, "as": applied.get(key, key), "value": value} for key, value in overrides.items()],
-        "architecture": dataclasses.asdict(model),
+        "architecture": {key: list(value) if isinstance(value, tuple) else value for key, value in dataclasses.asdict(model).items()},
         "parameters": {
             "total": c.total,
             "active": c.active,
@@ -103,13 +103,21 @@ def _shape_line(a):
         moe = f"E {a['n_experts']:,}, k {a['experts_per_token']:,}, F_e {a['d_expert']:,}"
         if a["n_shared"]:
             moe += f", S {a['n_shared']:,} shared"
-        if a["dense_layers"]:
-            moe += f", first {a['dense_layers']:,} dense"
+        dense = a["dense_layers"]
+        if dense and dense == list(range(len(dense))):
+            moe += f", first {len(dense):,} dense"
+        elif dense:
+            moe += f", dense layers {', '.join(map(str, dense))}"
         bits.append(moe)
     if a["style"] == "mla":
         q = f"r_q {a['q_lora_rank']:,}" if a["q_lora_rank"] else "full q"
         bits.append(f"MLA r_kv {a['kv_lora_rank']:,}, {q}, rope {a['qk_rope_dim']:,}, v {a['v_head_dim']:,}")
+    extras = [name for name, on in (("QK-norm", a["qk_norm"]), ("4 norms per layer", a["norms_per_layer"] == 4),
+                                    ("attention sinks", a["sinks"]), ("router and expert biases", a["moe_bias"])) if on]
+    bits += extras
     bits.append("tied head" if a["tied"] else "untied head")
+    if a["model_type"] == "gemma3":
+        bits.append("the text model only: the vision tower and its projector are not counted")
     return " · ".join(bits)
 
 

@@ -22,16 +22,22 @@ from pathlib import Path
 from typing import Any, Union
 
 # model_type: the block's style. "gpt2": LayerNorm, GELU MLP with biases, learned positions;
-# "llama": RMSNorm, SwiGLU MLP, rotary positions; "mla": the llama style with DeepSeek's multi-head latent attention.
+# "llama": RMSNorm, gated MLP, rotary positions; "mla": the llama style with DeepSeek's multi-head latent attention.
+# "gemma3" is Gemma 3's multimodal config: its text_config is counted, as Gemma3ForCausalLM builds it (no vision tower).
 STYLES = {
     "gpt2": "gpt2",
     "llama": "llama",
     "mistral": "llama",
     "mixtral": "llama",
     "qwen2": "llama",
+    "qwen3_moe": "llama",
+    "gemma3_text": "llama",
+    "gemma3": "llama",
+    "gpt_oss": "llama",
     "deepseek_v2": "mla",
     "deepseek_v3": "mla",
 }
+GEMMA3_VOCAB = 262_208  # transformers' Gemma3TextConfig default: Gemma 3's tokenizer with its image tokens, the same at every size
 MISSING = object()
 
 
@@ -81,7 +87,11 @@ class Model:
     experts_per_token: int = 0  # k
     d_expert: int = 0  # F_e: each routed expert's width (Mixtral: intermediate_size)
     n_shared: int = 0  # S: always-on experts, built as one MLP of width S·F_e
-    dense_layers: int = 0  # the first layers keep a dense MLP of width F (first_k_dense_replace)
+    dense_layers: tuple = ()  # in a mixture model, the indices of the layers that keep a dense MLP of width F
+    moe_bias: bool = False  # gpt-oss: a bias on the router and on each routed expert's gate_up (2·F_e) and down (d) projections
+    sinks: bool = False  # gpt-oss: one learned sink logit per query head in each layer's attention
+    qk_norm: bool = False  # Qwen3, Gemma 3: an RMSNorm of width D on each query head and each key head
+    norms_per_layer: int = 2  # RMSNorms around each block: 2 before attention and MLP; Gemma 3 adds 2 after them
     q_lora_rank: int = 0  # MLA: queries through a rank-r_q bottleneck (0: one d -> H·D projection)
     kv_lora_rank: int = 0  # MLA: r_kv, the width of the cached latent
     qk_rope_dim: int = 0  # MLA: the rotary part of each query/key head (the key's is shared by all heads)
@@ -90,7 +100,11 @@ class Model:
     @property
     def moe_layers(self):
         """Layers whose MLP is a mixture of experts."""
-        return self.n_layers - self.dense_layers if self.n_experts else 0
+        return self.n_layers - len(self.dense_layers) if self.n_experts else 0
+
+    def is_dense(self, layer):
+        """Whether layer `layer` has a dense MLP of width F rather than a mixture of experts."""
+        return not self.n_experts or layer in self.dense_layers
 
 
 class _Reader:
@@ -174,9 +188,10 @@ def read_model(config, overrides=None):
         raise bad_key("model_type", f"one of {known}")
     if model_type not in STYLES:
         raise bad_key("model_type", f"one of {known}", model_type)
-    r = _Reader(config, overrides)
+    r = _Reader(_gemma3_text_config(config) if model_type == "gemma3" else config, overrides)
     style = STYLES[model_type]
-    model = _gpt2(r) if style == "gpt2" else _mla(r, model_type) if style == "mla" else _llama(r, model_type)
+    reader = {"gpt2": _gpt2, "mla": _mla}.get(style) or _MODERN.get(model_type, _llama)
+    model = reader(r) if style == "gpt2" else reader(r, model_type)
     unread = r.unread(model_type)
     if unread:
         raise unread
@@ -206,14 +221,15 @@ def _gpt2(r):
     )
 
 
-def _heads(r, d, *, kv_default, null_head_dim, divides):
+def _heads(r, d, *, kv_default, null_head_dim, divides, head_dim_required=False):
     """(H, H_kv, D) of a Llama-style config: head_dim absent (or null, where transformers allows it) means d / H.
 
     divides: H must divide d even where head_dim is given (transformers' LlamaConfig validates it).
+    head_dim_required: transformers' default head_dim is some model's size (Gemma 3's 256, gpt-oss's 64).
     """
     heads = r.integer("num_attention_heads", meaning="query heads H")
     meaning = "each head's width; null means hidden_size / num_attention_heads" if null_head_dim else "each head's width"
-    d_head = r.integer("head_dim", default=None, nullable=null_head_dim, meaning=meaning)
+    d_head = r.integer("head_dim", default=MISSING if head_dim_required else None, nullable=null_head_dim, meaning=meaning)
     if d_head is None or divides:
         _divides("num_attention_heads", heads, "hidden_size", d)
     if d_head is None:
@@ -258,6 +274,102 @@ def _llama(r, model_type):
     )
 
 
+def _gemma3_text_config(config):
+    """The keys of a Gemma 3 multimodal config's text model, the part the card counts (no vision tower, no projector).
+
+    The head's tying is the top level's tie_word_embeddings (Gemma3ForConditionalGeneration reads it there, default
+    true); a text_config that says otherwise would make Gemma3ForCausalLM another model, and is refused.
+    """
+    text = config.get("text_config", MISSING)
+    expected = "an object of the text model's keys (the card counts Gemma 3's text model)"
+    if text is MISSING:
+        raise bad_key("text_config", expected)
+    if not isinstance(text, Mapping):
+        raise bad_key("text_config", expected, text)
+    if text.get("model_type", "gemma3_text") != "gemma3_text":
+        raise bad_key("text_config.model_type", '"gemma3_text"', text["model_type"])
+    tied = config.get("tie_word_embeddings", True)
+    if text.get("tie_word_embeddings", tied) != tied:
+        expected = f"the top level's tie_word_embeddings ({json.dumps(tied)}), which Gemma3ForConditionalGeneration reads"
+        raise bad_key("text_config.tie_word_embeddings", expected, text["tie_word_embeddings"])
+    return {**text, "tie_word_embeddings": tied}
+
+
+def _qwen3_moe(r, model_type):
+    """Qwen3-MoE: QK-norm; layer i is a mixture when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers."""
+    d = r.integer("hidden_size", meaning="the model width d")
+    heads, kv_heads, d_head = _heads(r, d, kv_default=False, null_head_dim=False, divides=False)
+    n_layers = r.integer("num_hidden_layers", low=0, meaning="decoder layers L")
+    n_experts = r.integer("num_experts", "num_local_experts", meaning="experts per mixture layer E (a Qwen3-MoE without any is a dense Qwen3)")
+    step = r.integer("decoder_sparse_step", default=1, meaning="every how many layers one is a mixture")
+    _, only = r.raw(["mlp_only_layers"], [])
+    if only is None:  # transformers reads null as []
+        only = []
+    if not isinstance(only, list) or any(type(i) is not int or i < 0 for i in only):
+        raise bad_key("mlp_only_layers", "a list of layer indices (integers >= 0) that keep a dense MLP", only)
+    dense = tuple(i for i in range(n_layers) if i in only or (i + 1) % step)
+    bias = r.boolean("attention_bias", False)
+    return Model(
+        model_type=model_type, style="llama",
+        vocab=r.integer("vocab_size", meaning="the vocabulary V"),
+        d_model=d, n_layers=n_layers, n_heads=heads, n_kv_heads=kv_heads, d_head=d_head,
+        d_ff=r.integer("intermediate_size", meaning="the dense layers' MLP width F") if dense else 0,
+        tied=r.boolean("tie_word_embeddings", False),
+        context=r.integer("max_position_embeddings", default=None, meaning="the longest context"),
+        qkv_bias=bias, o_bias=bias,
+        n_experts=n_experts, experts_per_token=_experts_per_token(r, n_experts, "num_experts"),
+        d_expert=r.integer("moe_intermediate_size", meaning="each expert's width F_e"),
+        dense_layers=dense, qk_norm=True,
+    )
+
+
+def _gemma3(r, model_type):
+    """Gemma 3's text model: head_dim apart from hidden_size / heads, QK-norm, four norms per layer, a tied head by default."""
+    d = r.integer("hidden_size", meaning="the model width d")
+    # Gemma3TextConfig validates hidden_size % num_attention_heads; its head_dim (256) and num_key_value_heads (4) are sizes.
+    heads, kv_heads, d_head = _heads(r, d, kv_default=False, null_head_dim=False, divides=True, head_dim_required=True)
+    bias = r.boolean("attention_bias", False)
+    return Model(
+        model_type=model_type, style="llama",
+        vocab=r.integer("vocab_size", default=GEMMA3_VOCAB, meaning="the vocabulary V"),
+        d_model=d, n_layers=r.integer("num_hidden_layers", low=0, meaning="decoder layers L"),
+        n_heads=heads, n_kv_heads=kv_heads, d_head=d_head,
+        d_ff=r.integer("intermediate_size", meaning="the MLP width F"),
+        tied=r.boolean("tie_word_embeddings", True),
+        context=r.integer("max_position_embeddings", default=None, meaning="the longest context"),
+        qkv_bias=bias, o_bias=bias,
+        qk_norm=True, norms_per_layer=4,
+    )
+
+
+def _gpt_oss(r, model_type):
+    """gpt-oss: biased attention with a sink logit per head; every layer a mixture whose router and experts have biases."""
+    d = r.integer("hidden_size", meaning="the model width d")
+    # GptOssConfig: head_dim null means d / H; absent, its default (64) is a size, so it is required.
+    heads, kv_heads, d_head = _heads(r, d, kv_default=False, null_head_dim=True, divides=False, head_dim_required=True)
+    n_experts = r.integer("num_local_experts", "num_experts", meaning="experts per layer E")
+    k = _experts_per_token(r, n_experts, "num_local_experts")
+    _, original = r.raw(["experts_per_token"])  # OpenAI's own key, which transformers does not read
+    if original is not MISSING and original != k:
+        raise bad_key("experts_per_token", f"equal to num_experts_per_tok ({k}), the one transformers reads", original)
+    bias = r.boolean("attention_bias", True)  # on q, k, v and o
+    return Model(
+        model_type=model_type, style="llama",
+        vocab=r.integer("vocab_size", meaning="the vocabulary V"),
+        d_model=d, n_layers=r.integer("num_hidden_layers", low=0, meaning="decoder layers L"),
+        n_heads=heads, n_kv_heads=kv_heads, d_head=d_head, d_ff=0,
+        tied=r.boolean("tie_word_embeddings", False),
+        context=r.integer("max_position_embeddings", default=None, meaning="the longest context"),
+        qkv_bias=bias, o_bias=bias,
+        n_experts=n_experts, experts_per_token=k,
+        d_expert=r.integer("intermediate_size", meaning="each expert's width F_e"),
+        moe_bias=True, sinks=True,
+    )
+
+
+_MODERN = {"qwen3_moe": _qwen3_moe, "gemma3_text": _gemma3, "gemma3": _gemma3, "gpt_oss": _gpt_oss}
+
+
 def _mla(r, model_type):
     d = r.integer("hidden_size", meaning="the model width d")
     heads = r.integer("num_attention_heads", meaning="query heads H")
@@ -272,7 +384,7 @@ def _mla(r, model_type):
     # Its default is 0 in DeepSeek-V2's config and 3 (DeepSeek-V3's own value) in V3's, so there it is required.
     first = r.integer("first_k_dense_replace", low=0, default=0 if model_type == "deepseek_v2" else MISSING,
                       meaning="the first layers that keep a dense MLP")
-    dense = min(first, n_layers)
+    dense = tuple(range(min(first, n_layers)))
     _, freq = r.raw(["moe_layer_freq"], 1)
     if freq != 1 or type(freq) is not int:  # DeepSeek's own code skips layers; transformers builds a mixture in every one
         raise bad_key("moe_layer_freq", "1 (transformers builds a mixture in every layer after first_k_dense_replace)", freq)

@@ -6,7 +6,7 @@ shape transformers 5 gives it, written separately from the formulas, so that the
 other (tests/test_accounting.py) and the shapes checking transformers itself
 (tests/test_accounting_external.py, on the meta device) pin the count. A tied head is one table,
 counted once, as `sum(p.numel() for p in model.parameters())` counts it; buffers (rotary
-frequencies, DeepSeek-V3's e_score_correction_bias) are not parameters and are not counted.
+frequencies, DeepSeek-V3's e_score_correction_bias, Gemma's embed_scale) are not parameters and are not counted.
 Letters as in invariants.accounting.config.
 """
 
@@ -57,7 +57,8 @@ def attention_params(m):
         expand = r_kv * H * (nope + v)  # the latent -> every head's non-rotary key and its value
         return queries + latent + expand + H * v * d + (d if bias else 0)
     weights = d * H * D + 2 * d * m.n_kv_heads * D + H * D * d  # W_q, W_k, W_v (grouped-query: H_kv heads), W_o
-    return weights + ((H + 2 * m.n_kv_heads) * D if m.qkv_bias else 0) + (d if m.o_bias else 0)
+    sinks = H if m.sinks else 0  # gpt-oss: a learned logit per head that joins the softmax's denominator
+    return weights + ((H + 2 * m.n_kv_heads) * D if m.qkv_bias else 0) + (d if m.o_bias else 0) + sinks
 
 
 def mlp_params(m, width):
@@ -68,27 +69,34 @@ def mlp_params(m, width):
     return 3 * d * width + ((2 * width + d) if m.mlp_bias else 0)
 
 
+def expert_params(m):
+    """One routed expert: a gated MLP of width F_e without biases (3·d·F_e), or with gpt-oss's (+ 2·F_e + d)."""
+    d, F_e = m.d_model, m.d_expert
+    return 3 * d * F_e + ((2 * F_e + d) if m.moe_bias else 0)
+
+
 def norms_params(m):
-    """Every norm: two per layer and a final one (LayerNorm has a gain and a bias, RMSNorm a gain); MLA adds its latents' norms."""
+    """Every norm: 2 (Gemma 3: 4) of width d per layer and a final one, QK-norm's 2 of width D, MLA's of its latents; LayerNorm has a bias."""
     d = m.d_model
     if m.style == "gpt2":
         return m.n_layers * 2 * 2 * d + 2 * d
     latents = m.kv_lora_rank + m.q_lora_rank if m.style == "mla" else 0
-    return m.n_layers * (2 * d + latents) + d
+    qk = 2 * m.d_head if m.qk_norm else 0
+    return m.n_layers * (m.norms_per_layer * d + qk + latents) + d
 
 
 def count(m: Model) -> Count:
     """The Count of Model m: each part in closed form."""
     V, d, L = m.vocab, m.d_model, m.n_layers
     E, k, moe = m.n_experts, m.experts_per_token, m.moe_layers
-    expert = 3 * d * m.d_expert  # a routed expert: a SwiGLU MLP without biases
+    expert = expert_params(m)
     parts = {
         "embeddings": V * d + m.positions * d,  # the token table (also the head, when tied) and GPT-2's position table
         "attention": L * attention_params(m),
         "feed_forward": (L - moe) * mlp_params(m, m.d_ff),  # the dense layers' MLPs
         "shared_experts": moe * mlp_params(m, m.n_shared * m.d_expert) if moe else 0,  # S shared experts, built as one MLP of width S·F_e
         "experts": moe * E * expert,
-        "router": moe * E * d,  # a (d, E) linear map without bias
+        "router": moe * E * (d + (1 if m.moe_bias else 0)),  # a (d, E) linear map; gpt-oss's has a bias
         "norms": norms_params(m),
         "head": 0 if m.tied else V * d,
     }
@@ -145,6 +153,11 @@ def _attention_tensors(m, a):
         yield from _linear(f"{a}.k_proj", "attention", m.n_kv_heads * D, d, m.qkv_bias)
         yield from _linear(f"{a}.v_proj", "attention", m.n_kv_heads * D, d, m.qkv_bias)
         yield from _linear(f"{a}.o_proj", "attention", d, H * D, m.o_bias)
+        if m.sinks:
+            yield Tensor(f"{a}.sinks", "attention", (H,))
+        if m.qk_norm:
+            yield Tensor(f"{a}.q_norm.weight", "norms", (D,))
+            yield Tensor(f"{a}.k_norm.weight", "norms", (D,))
         return
     r_q, r_kv, rope, v, bias = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_dim, m.v_head_dim, m.qkv_bias
     if r_q:
@@ -165,22 +178,40 @@ def _swiglu_tensors(m, prefix, part, width):
     yield from _linear(f"{prefix}.down_proj", part, m.d_model, width, m.mlp_bias)
 
 
-def _llama_tensors(m):
+def _mixture_tensors(m, mlp):
+    """A mixture layer's router and experts: transformers 5 stores a layer's experts as stacked tensors."""
     d, E, F_e = m.d_model, m.n_experts, m.d_expert
+    if m.moe_bias:  # gpt-oss: the router is mlp.router, and its experts store (in, out), with biases
+        yield from _linear(f"{mlp}.router", "router", E, d, True)
+        yield Tensor(f"{mlp}.experts.gate_up_proj", "experts", (E, d, 2 * F_e))
+        yield Tensor(f"{mlp}.experts.gate_up_proj_bias", "experts", (E, 2 * F_e))
+        yield Tensor(f"{mlp}.experts.down_proj", "experts", (E, F_e, d))
+        yield Tensor(f"{mlp}.experts.down_proj_bias", "experts", (E, d))
+        return
+    yield Tensor(f"{mlp}.gate.weight", "router", (E, d))
+    yield Tensor(f"{mlp}.experts.gate_up_proj", "experts", (E, 2 * F_e, d))
+    yield Tensor(f"{mlp}.experts.down_proj", "experts", (E, d, F_e))
+    if m.style == "mla":
+        yield from _swiglu_tensors(m, f"{mlp}.shared_experts", "shared_experts", m.n_shared * F_e)
+
+
+# The RMSNorms of a layer: before attention and before the MLP; Gemma 3 also normalises each one's output.
+LAYER_NORMS = {2: ("input_layernorm", "post_attention_layernorm"),
+               4: ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")}
+
+
+def _llama_tensors(m):
+    d = m.d_model
     yield Tensor("model.embed_tokens.weight", "embeddings", (m.vocab, d))
     for i in range(m.n_layers):
         layer = f"model.layers.{i}"
         yield from _attention_tensors(m, f"{layer}.self_attn")
-        if i < m.n_layers - m.moe_layers:
+        if m.is_dense(i):
             yield from _swiglu_tensors(m, f"{layer}.mlp", "feed_forward", m.d_ff)
-        else:  # transformers 5 stores a layer's experts as two stacked tensors
-            yield Tensor(f"{layer}.mlp.gate.weight", "router", (E, d))
-            yield Tensor(f"{layer}.mlp.experts.gate_up_proj", "experts", (E, 2 * F_e, d))
-            yield Tensor(f"{layer}.mlp.experts.down_proj", "experts", (E, d, F_e))
-            if m.style == "mla":
-                yield from _swiglu_tensors(m, f"{layer}.mlp.shared_experts", "shared_experts", m.n_shared * F_e)
-        yield Tensor(f"{layer}.input_layernorm.weight", "norms", (d,))
-        yield Tensor(f"{layer}.post_attention_layernorm.weight", "norms", (d,))
+        else:
+            yield from _mixture_tensors(m, f"{layer}.mlp")
+        for norm in LAYER_NORMS[m.norms_per_layer]:
+            yield Tensor(f"{layer}.{norm}.weight", "norms", (d,))
     yield Tensor("model.norm.weight", "norms", (d,))
 
 

@@ -11,6 +11,7 @@ written as null where transformers allows it (n_inner, head_dim, q_lora_rank).
 from __future__ import annotations
 
 from hypothesis import strategies as st
+
 from invariants.accounting.config import STYLES
 from invariants.strategies._validation import InvalidArgument, check_int
 
@@ -45,6 +46,8 @@ def model_configs(*, model_types=None, max_layers=3, lesson_keys=True):
                           n_inner=draw(_maybe(st.none() | st.integers(1, 16))))
             if lesson_keys:
                 config["attention_bias"] = draw(_maybe(st.booleans()))
+        elif model_type in ("qwen3_moe", "gemma3_text", "gemma3", "gpt_oss"):
+            config.update(_modern(draw, model_type, layers))
         elif STYLES[model_type] == "llama":
             kv_heads, group, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
             heads = kv_heads * group
@@ -77,6 +80,37 @@ def model_configs(*, model_types=None, max_layers=3, lesson_keys=True):
             )
             if model_type == "deepseek_v2":
                 config["mlp_bias"] = draw(_maybe(st.booleans()))
-        return {key: value for key, value in config.items() if value is not ABSENT}
+        if model_type == "gemma3":  # the multimodal config: the text model's keys under text_config
+            text = {key: config.pop(key) for key in list(config) if key not in ("model_type", "vocab_size", "tie_word_embeddings")}
+            config["text_config"] = _present({**text, "vocab_size": config.pop("vocab_size"), "model_type": draw(_maybe(st.just("gemma3_text")))})
+        return _present(config)
 
     return configs()
+
+
+def _present(config):
+    return {key: value for key, value in config.items() if value is not ABSENT}
+
+
+def _modern(draw, model_type, layers):
+    """The keys of a Qwen3-MoE, Gemma 3 (text) or gpt-oss config, with head_dim apart from hidden_size / heads."""
+    kv_heads, group, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    heads = kv_heads * group
+    gemma = model_type.startswith("gemma3")
+    explicit = gemma or model_type == "gpt_oss" or draw(st.booleans())  # their head_dim defaults are sizes, so they give it
+    # Gemma3TextConfig asks for a multiple of the heads; an absent head_dim means hidden_size / heads
+    width = heads * draw(st.integers(1, 4)) if gemma or not explicit else draw(st.integers(1, 16))
+    config = {"num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads, "hidden_size": width,
+              "head_dim": d_head if explicit else ABSENT,
+              "attention_bias": draw(_maybe(st.booleans())), "max_position_embeddings": draw(_maybe(st.integers(1, 64)))}
+    if gemma:  # vocab_size may take its default
+        return {**config, "intermediate_size": draw(st.integers(1, 16)), "vocab_size": draw(_maybe(st.integers(1, 40)))}
+    experts = draw(st.integers(1, 4))
+    config["num_experts_per_tok"] = k = draw(st.integers(1, experts))
+    if model_type == "gpt_oss":
+        return {**config, "num_local_experts": experts, "intermediate_size": draw(st.integers(1, 8)), "experts_per_token": draw(_maybe(st.just(k)))}
+    step = draw(_maybe(st.integers(1, 3)))
+    only = draw(_maybe(st.lists(st.integers(0, layers), max_size=2, unique=True)))  # an index past the last layer is allowed
+    all_mixtures = step in (ABSENT, 1) and only in (ABSENT, [])
+    return {**config, "num_experts": experts, "moe_intermediate_size": draw(st.integers(1, 6)), "decoder_sparse_step": step,
+            "mlp_only_layers": only, "intermediate_size": draw(_maybe(st.integers(1, 8)) if all_mixtures else st.integers(1, 8))}
