@@ -13,14 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from invariants.gate.config import ConfigError, load_assignment, shipped_assignments
-from invariants.gate.scan import scan_source
-from invariants.gate.text import clean_output
 
 from invariants.gate import wire
 from invariants.gate.cli import main
-from invariants.gate.grade import derive_seed, grade
+from invariants.gate.config import ConfigError, load_assignment, shipped_assignments
+from invariants.gate.grade import grade
+from invariants.gate.job import derive_seed
 from invariants.gate.result import EXIT_CODES, FAILED, GATE_ERROR, PASSED, STATUSES, without_volatile
+from invariants.gate.scan import scan_source
+from invariants.gate.text import clean_output
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"

@@ -28,16 +28,17 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import invariants.reference.numpy as reference
 import numpy as np
 import pytest
-from invariants.gate.config import ConfigError, load_assignment
-from invariants.gate.reports import to_terminal, write_reports
 
+import invariants.reference.numpy as reference
 from invariants.gate import degenerate, similarity
 from invariants.gate.cli import main
-from invariants.gate.grade import WorkerTransport, grade
+from invariants.gate.config import ConfigError, load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.reports import to_terminal, write_reports
 from invariants.gate.result import FAILED, PASSED
+from invariants.gate.session import WorkerTransport
 from invariants.strategies.decoder import LlamaConfig, init_llama_params
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from invariants.gate.config import load_assignment
-from invariants.gate.secret import HOME_ENV, KEPT_FILE, CourseSecret
 
 from invariants.gate import confine
 from invariants.gate import grade as grading
 from invariants.gate.batch import secret_notice
 from invariants.gate.cli import main
-from invariants.gate.grade import derive_seed, grade
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.job import derive_seed
 from invariants.gate.result import EXIT_CODES, GATE_ERROR, PASSED
+from invariants.gate.secret import HOME_ENV, KEPT_FILE, CourseSecret
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = FIXTURES / "hostile"

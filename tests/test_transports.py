@@ -6,10 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from invariants.gate.config import load_assignment
 
 from invariants import load_implementation, run_invariant
-from invariants.gate.grade import _settings, grade
+from invariants.gate.config import load_assignment
+from invariants.gate.grade import grade
+from invariants.gate.stages import examples_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ["good_student", "mask_after_softmax.py", "unbiased_variance.py"]
@@ -31,7 +32,7 @@ def test_the_gate_and_an_in_process_run_give_the_same_outcomes(submission, monke
     graded = grade(ROOT / "examples" / "submissions" / submission, assignment)
     impl = load_implementation(_in_process_target(submission, monkeypatch), backend=graded.submission["backend"] or "numpy", dtype=assignment.dtype)
     impl.declarations = assignment.graded_under(impl.declarations)  # the assignment's rounding, as the gate grades it
-    settings = _settings(assignment)
+    settings = examples_settings(assignment)
     not_computing = set(graded.submission.get("degenerate") or {})
     assert submission != "good_student" or not not_computing, not_computing
     compared = 0

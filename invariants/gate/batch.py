@@ -1,4 +1,4 @@
-"""Grade a folder of submissions in parallel, or one shard of it; merge shards into one class summary.
+"""Grade submissions and write their reports: one (grade_and_report), a folder in parallel, or one shard of it; merge shards into one class summary.
 
     invariants-gate --batch submissions/ -a p01 -o reports/ --jobs 2            # one machine
     invariants-gate --batch submissions/ -a p01 -o reports/ --shard 3/8         # one CI job of eight
@@ -16,6 +16,7 @@ the pairs of submissions whose code is alike (invariants.gate.similarity), for r
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import multiprocessing
@@ -25,10 +26,9 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from invariants.gate.text import csv_cell, neutralise, one_line, quoted
-
 from invariants.gate import result as R
 from invariants.gate import similarity
+from invariants.gate.text import csv_cell, neutralise, one_line, quoted
 
 _STATE = {}
 MANIFEST = re.compile(r"^shard-(\d+)-of-(\d+)\.json$")
@@ -82,10 +82,40 @@ def in_shard(index, shard):
     return shard is None or index % shard[1] == shard[0] - 1
 
 
+def load(options, state):
+    """The assignment named in options, loaded once per process and options (state caches it: a batch's pool workers keep theirs)."""
+    from invariants.gate.config import load_assignment
+
+    key = tuple(str(options.get(name)) for name in ("assignment", "max_examples", "entry", "visible_only"))
+    if state.get("key") != key:  # a second batch in the same process (a test, a library caller) may name another assignment
+        state.clear()
+        state["key"] = key
+        assignment = load_assignment(options["assignment"])
+        if options.get("max_examples"):
+            assignment = dataclasses.replace(assignment, max_examples=options["max_examples"])
+        if options.get("entry"):
+            assignment = dataclasses.replace(assignment, entry=options["entry"])
+        if options.get("visible_only"):
+            assignment = assignment.visible_only()
+        state["assignment"] = assignment
+    return state["assignment"]
+
+
+def grade_and_report(path, out_dir, options, *, state, progress=None):
+    """Grade one submission and write its reports; (GradeResult, paths written). progress: as invariants.gate.grade.grade takes it."""
+    from invariants.gate.grade import grade
+    from invariants.gate.reports import write_reports
+
+    assignment = load(options, state)
+    result = grade(path, assignment, seed=options.get("seed"), secret=options.get("secret"),
+                   scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False),
+                   hidden=[*options.get("hidden", ()), str(Path(out_dir).resolve())], progress=progress)
+    written = write_reports(result, out_dir, options["formats"], show_hidden=options.get("show_hidden", False))
+    return result, written
+
+
 def _grade_one(job):
     """In a pool process: grade one submission, write its reports, return its summary row; a gate error's row if any of that fails."""
-    from invariants.gate.cli import grade_and_report
-
     path, out_dir, options = job
     try:
         result, _ = grade_and_report(path, out_dir, options, state=_STATE)
@@ -97,8 +127,6 @@ def _grade_one(job):
 def gate_error_row(job, exc):
     """The row of a submission the gate failed on outside grade() (a report, a pool process lost), and its report.json saying so."""
     from invariants.gate.reports import to_json
-
-    from invariants.gate.cli import load
 
     path, out_dir, options = job
     result = R.GradeResult(assignment={"name": "?", "sha256": ""}, submission={"source": path}, verdict=R.GATE_ERROR,

@@ -16,15 +16,13 @@ first at once and then at most one every LOG_EVERY_SECONDS; nothing with -q.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
 
-from invariants.pipes import quiet_when_reader_leaves, reader_gone, reader_may_leave
-
 from invariants.gate import result as R
+from invariants.pipes import quiet_when_reader_leaves, reader_gone, reader_may_leave
 
 FORMATS = ("json", "junit", "gradescope", "markdown")
 LOG_EVERY_SECONDS = 10  # in a log, a progress line at most this often: a grading that runs for minutes still says where it is
@@ -63,40 +61,8 @@ def _parser():
     return p
 
 
-def load(options, state):
-    """The assignment named in options, loaded once per process and options (state caches it: a batch's pool workers keep theirs)."""
-    from invariants.gate.config import load_assignment
-
-    key = tuple(str(options.get(name)) for name in ("assignment", "max_examples", "entry", "visible_only"))
-    if state.get("key") != key:  # a second batch in the same process (a test, a library caller) may name another assignment
-        state.clear()
-        state["key"] = key
-        assignment = load_assignment(options["assignment"])
-        if options.get("max_examples"):
-            assignment = dataclasses.replace(assignment, max_examples=options["max_examples"])
-        if options.get("entry"):
-            assignment = dataclasses.replace(assignment, entry=options["entry"])
-        if options.get("visible_only"):
-            assignment = assignment.visible_only()
-        state["assignment"] = assignment
-    return state["assignment"]
-
-
-def grade_and_report(path, out_dir, options, *, state, progress=None):
-    """Grade one submission and write its reports; (GradeResult, paths written). progress: as invariants.gate.grade.grade takes it."""
-    from invariants.gate.reports import write_reports
-
-    from invariants.gate.grade import grade
-
-    assignment = load(options, state)
-    result = grade(path, assignment, seed=options.get("seed"), secret=options.get("secret"),
-                   scratch_root=options.get("scratch_root"), keep_scratch=options.get("keep_scratch", False),
-                   hidden=[*options.get("hidden", ()), str(Path(out_dir).resolve())], progress=progress)
-    written = write_reports(result, out_dir, options["formats"], show_hidden=options.get("show_hidden", False))
-    return result, written
-
-
 def _list(options):
+    from invariants.gate.batch import load
     from invariants.registry import all_invariants
 
     if options.get("assignment"):
@@ -123,6 +89,7 @@ def main(argv=None):
     options = {"assignment": args.assignment, "formats": formats, "seed": args.seed, "max_examples": args.max_examples, "entry": args.entry,
                "visible_only": args.visible_only, "show_hidden": args.show_hidden, "scratch_root": args.scratch_root,
                "keep_scratch": args.keep_scratch, "hidden": [str(Path(p).resolve()) for p in args.submissions]}
+    from invariants.gate.batch import load
     from invariants.gate.config import ConfigError
     from invariants.gate.secret import SecretError, course_secret
 
@@ -220,6 +187,7 @@ def _invariant_progress(show_hidden, show):
 
 
 def _single(path, args, options, state):
+    from invariants.gate.batch import grade_and_report
     from invariants.gate.reports import headline, report_failed, to_terminal, write_reports
 
     if not Path(path).exists():
@@ -246,9 +214,8 @@ def _single(path, args, options, state):
 
 
 def _batch(args, options, shard=None):
+    from invariants.gate.batch import batch_exit_code, grade_folder, load, points, submissions_in, timing, write_manifest, write_summary
     from invariants.gate.text import printable
-
-    from invariants.gate.batch import batch_exit_code, grade_folder, points, submissions_in, timing, write_manifest, write_summary
 
     paths = []
     for given in args.submissions:

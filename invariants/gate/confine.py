@@ -50,6 +50,7 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/l
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SWITCH_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID")  # what root's worker needs to switch to its own uid
 BOUNDING_CAPABILITY = "CAP_SETPCAP"  # what it needs to empty its bounding set; the worker drops all three before any submission code
+BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "conftest")  # the course's code: a submission may not import it
 SHIPPED_MODULES = {  # the project's code a submission may import (its parents: namespaces of these alone)
     "invariants.adapters": "invariants/adapters/__init__.py",
     "invariants.adapters.toolkit": "invariants/adapters/toolkit.py",
@@ -210,8 +211,6 @@ def _interpreter_trees():
 
 def project_paths():
     """Every place the project's own code lives on this machine: its packages (wherever installed), root, finder, metadata."""
-    from invariants.gate.sandbox import BLOCKED_PACKAGES
-
     found = set()
     root = Path(__file__).resolve().parent.parent.parent  # the checkout, unless invariants/gate/ is installed into a site-packages
     sites = {os.path.realpath(p) for p in [*site.getsitepackages(), *sysconfig.get_paths().values()]}

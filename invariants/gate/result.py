@@ -32,6 +32,14 @@ STATUSES = {
 VOLATILE = ("started_at", "seconds")  # keys whose values differ between two identical runs
 
 
+class Ungraded(Exception):
+    """Grading ends before the invariants run, with this verdict (NOT_GRADABLE or GATE_ERROR) and its reason."""
+
+    def __init__(self, verdict, reason):
+        super().__init__(reason)
+        self.verdict, self.reason = verdict, reason
+
+
 @dataclass
 class InvariantResult:
     name: str

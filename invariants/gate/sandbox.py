@@ -18,12 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from invariants.gate import confine, frames, seccomp, wire
 from invariants.gate.text import one_line, printable, quoted
 from invariants.protocol import ImplementationError, OutputError, TransportLost
 
-from invariants.gate import confine, frames, seccomp, wire
-
-BLOCKED_PACKAGES = ("reference", "invariants", "strategies", "conftest")
 UID_BASE = 1_500_000_000  # + the gate's pid: a uid no account uses, one per gate process (RLIMIT_NPROC counts per uid)
 SETUP_FAILED = 125  # invariants/gate/launch.py's exit status when it could not build the sandbox
 HELLO_SECONDS = 60  # the worker's own start (python and numpy) before any submission code
@@ -297,7 +295,7 @@ class Worker:
             "workdir": work_in, "limits": self.limits.for_worker(self.device), "uid": self.uid,
             "network_namespace": self.network_namespace, "confined": self.tool.name if self.tool.own_root else None,
             "landlock": self.view.landlock_rules(write=[work, work / "tmp"]) if self.tool.name == "landlock" else None,
-            "readable": [submission_in], "blocked": list(BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
+            "readable": [submission_in], "blocked": list(confine.BLOCKED_PACKAGES), "forbidden": self.forbidden, "functions": self.functions,
             "shipped": {name: f"{confine.SHIPPED_FOLDER}/{path}" for name, path in confine.SHIPPED_MODULES.items()},
             "conventions": self.conventions,
             "submission_root": submission_in, "entry": self.layout.entry, "package": self.layout.package,
