@@ -1,9 +1,11 @@
-"""Named assertions with one grammar for failures: `<what>=<got>, but should be <expected> [<call>]`.
+"""Named assertions whose failures are data: what was checked, on which call, got, expected, and the figures of the miss.
 
-A cheap vectorised test comes first; the per-element detail (mismatch count and share, the
-worst index, actual vs expected there, max abs and rel error, the tolerance) is computed only
-when it fails. Each helper raises InvariantViolation, an AssertionError the runner decorates
-with the invariant's statement, the example and the hint.
+A cheap vectorised test comes first; the per-element figures (mismatch count and share, the worst index,
+actual vs expected there, max abs and rel error, the tolerance, the error in float32 roundings) are computed
+only when it fails. Each helper raises InvariantViolation, an AssertionError whose `measured` holds those
+fields and whose message is rendered from them once (render_violation: `<what>=<got>, but should be
+<expected> [<call>]` and a line per figure). The runner decorates it with the invariant's statement, the
+example and the hint; every reader of a figure reads `measured`, never the message.
 """
 
 from __future__ import annotations
@@ -12,16 +14,22 @@ import numpy as np
 
 from invariants.answers import FLOATS, TEXT, Either
 
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+FIELDS = ("check", "what", "got", "expected", "call", "requirement", "mismatched", "violating", "size", "worst_index", "worst_got",
+          "worst_expected", "max_abs_error", "max_rel_error", "float32_units", "atol", "rtol", "dtype", "first_index", "options")  # the assertions'
+
 
 class InvariantViolation(AssertionError):
-    """An implementation broke an invariant; the message says what, where and by how much, and `measured` holds the figures as data.
+    """An implementation broke an invariant; `measured` holds what was checked and the figures as data (JSON-ready), the message is their text.
 
-    measured: "check" (which assertion: type, shape, dtype, finite, exact, close, condition, value, form), for "close" its
-    "atol" and "rtol", and what a law adds (rope's "float32_sized"). A reader that needs a figure reads it here, never the message.
+    measured: "check" (type, shape, dtype, finite, exact, close, condition, value, form), "what", "got", "expected", "call";
+    for a value comparison "mismatched", "size", "worst_index", "worst_got", "worst_expected", "max_abs_error", "max_rel_error",
+    "float32_units" (the largest error in float32 roundings of the expected values' scale) and for "close" "atol", "rtol",
+    "dtype"; what a law adds about its counterexample ("keys_seen", "window", "position", "first_position", ...).
     """
 
     def __init__(self, message="", **measured):
-        super().__init__(message)
+        super().__init__(message or render_violation(measured))
         self.measured = measured
 
 
@@ -44,10 +52,39 @@ def _at(what, index):
     return f"{what}[{', '.join(map(str, index))}]" if index else what
 
 
-def _fail(what, got, expected, call, details=(), **measured):
-    suffix = f" [{call}]" if call else ""
-    lines = [f"{what}={got}, but should be {expected}{suffix}", *details]
-    raise InvariantViolation("\n".join(lines), **measured)
+def render_violation(measured):
+    """The message of a violation, from its fields: the one place their wording lives."""
+    suffix = f" [{measured['call']}]" if measured.get("call") else ""
+    lines = [f"{measured.get('what', 'value')}={measured.get('got', '?')}, but should be {measured.get('expected', '?')}{suffix}"]
+    if "worst_index" in measured:
+        n, size = measured["mismatched"], measured["size"]
+        lines += [f"  mismatched {n} of {size} elements ({100 * n / max(size, 1):.1f}%); {measured['requirement']}", f"  {render_worst(measured)}",
+                  f"  max abs error {_figure(measured['max_abs_error'], 3)}, max rel error {_figure(measured['max_rel_error'], 3)}"]
+    elif "violating" in measured:
+        n, size = measured["violating"], measured["size"]
+        share = "are not finite" if measured.get("check") == "finite" else f"violate it ({100 * n / max(size, 1):.1f}%)"
+        lines.append(f"  {n} of {size} elements {share}")
+    lines += [f"  {render_violation(option)}".replace("\n", "\n  ") for option in measured.get("options", ())]
+    counterexample = {key: value for key, value in measured.items() if key not in FIELDS}
+    if counterexample:
+        lines.append("  measured: " + ", ".join(f"{key}={value}" for key, value in counterexample.items()))
+    return "\n".join(lines)
+
+
+def _figure(value, digits=9):
+    """A measured number as a failure shows it; "nan", "inf" and "-inf" as the runner's JSON-ready figures name them."""
+    return f"{float(value):.{digits}g}" if isinstance(value, (int, float, np.number)) else str(value)
+
+
+def render_worst(measured):
+    """The worst element of a value comparison, in words ('' for a violation without one)."""
+    if "worst_index" not in measured:
+        return ""
+    return f"worst at index {tuple(measured['worst_index'])}: got {_figure(measured['worst_got'])}, expected {_figure(measured['worst_expected'])}"
+
+
+def _fail(what, got, expected, call, **measured):
+    raise InvariantViolation(**measured, what=what, got=got, expected=expected, call=call)
 
 
 def as_array(value, what, call=None):
@@ -106,13 +143,13 @@ def assert_finite(actual, what, call=None):
             _fmt(actual.flat[first]),
             "finite",
             call,
-            [f"  {int(bad.sum())} of {actual.size} elements are not finite"],
-            check="finite",
+            check="finite", violating=int(bad.sum()), size=int(actual.size),
         )
     return actual
 
 
-def _mismatch_details(actual, expected, mismatched, requirement):
+def _mismatch(actual, expected, mismatched, requirement):
+    """The figures of a value comparison that failed: how many elements missed, the worst one, the largest errors."""
     a = actual.astype(np.float64, copy=False)
     e = np.broadcast_to(np.asarray(expected, dtype=np.float64), a.shape)
     with np.errstate(over="ignore", invalid="ignore"):  # an error over a zero expected value is inf; inf - inf is NaN: both reported
@@ -120,16 +157,13 @@ def _mismatch_details(actual, expected, mismatched, requirement):
         rel_err = abs_err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
     score = np.where(np.isnan(abs_err), np.inf, abs_err)  # a NaN is the worst mismatch of all
     worst = int(np.argmax(np.where(mismatched, score, -1.0)))
-    n_bad = int(mismatched.sum())
     finite = np.isfinite(abs_err)
     max_abs = float(abs_err[finite].max()) if finite.any() else float("nan")
-    max_rel = float(rel_err[finite].max()) if finite.any() else float("nan")
-    index = _index(worst, a.shape)
-    return [
-        f"  mismatched {n_bad} of {a.size} elements ({100 * n_bad / max(a.size, 1):.1f}%); {requirement}",
-        f"  worst at index {index}: got {_fmt(a.flat[worst])}, expected {_fmt(e.flat[worst])}",
-        f"  max abs error {max_abs:.3g}, max rel error {max_rel:.3g}",
-    ]
+    scale = float(np.abs(e[np.isfinite(e)]).max(initial=0.0))
+    return {"requirement": requirement, "mismatched": int(mismatched.sum()), "size": int(a.size), "worst_index": list(_index(worst, a.shape)),
+            "worst_got": float(a.flat[worst]), "worst_expected": float(e.flat[worst]), "max_abs_error": max_abs,
+            "max_rel_error": float(rel_err[finite].max()) if finite.any() else float("nan"),
+            "float32_units": max_abs / (FLOAT32_EPS * max(scale, np.finfo(np.float64).tiny)) if finite.all() else float("inf")}
 
 
 def assert_equal(actual, expected, what, call=None):
@@ -140,8 +174,8 @@ def assert_equal(actual, expected, what, call=None):
     if np.array_equal(actual, np.broadcast_to(expected, actual.shape)):
         return
     mismatched = ~(actual == expected)
-    _fail(what, "different values", "exactly equal (bitwise, == per element)", call,
-          _mismatch_details(actual, expected, mismatched, "exact equality required"), check="exact")
+    _fail(what, "different values", "exactly equal (bitwise, == per element)", call, check="exact",
+          **_mismatch(actual, expected, mismatched, "exact equality required"))
 
 
 def assert_close(actual, expected, what, tol, call=None, **measured):
@@ -153,12 +187,12 @@ def assert_close(actual, expected, what, tol, call=None, **measured):
     ok = tol.allows(a, e)
     if ok.all():
         return
-    _fail(what, "values out of tolerance", f"close to the expected values within {tol}", call,
-          _mismatch_details(a, e, ~ok, f"tolerance {tol}"), check="close", atol=float(tol.atol), rtol=float(tol.rtol), **measured)
+    _fail(what, "values out of tolerance", f"close to the expected values within {tol}", call, check="close", atol=float(tol.atol),
+          rtol=float(tol.rtol), dtype=tol.dtype, **_mismatch(a, e, ~ok, f"tolerance {tol}"), **measured)
 
 
-def assert_where(condition, actual, what, expected, call=None):
-    """condition (a boolean array over actual) holds everywhere; `expected` describes it, e.g. '>= 0'."""
+def assert_where(condition, actual, what, expected, call=None, **measured):
+    """condition (a boolean array over actual) holds everywhere; `expected` describes it, e.g. '>= 0'. `measured`: what the law adds."""
     __tracebackhide__ = True
     actual = as_array(actual, what, call)
     condition = np.broadcast_to(np.asarray(condition, dtype=bool), actual.shape)
@@ -167,8 +201,8 @@ def assert_where(condition, actual, what, expected, call=None):
     bad = ~condition
     first = int(np.flatnonzero(bad)[0])
     index = _index(first, actual.shape)
-    _fail(_at(what, index), _fmt(actual.flat[first]), expected, call,
-          [f"  {int(bad.sum())} of {actual.size} elements violate it ({100 * bad.sum() / actual.size:.1f}%)"], check="condition")
+    _fail(_at(what, index), _fmt(actual.flat[first]), expected, call, check="condition", violating=int(bad.sum()), size=int(actual.size),
+          first_index=list(index), **measured)
 
 
 def assert_value(actual, expected, what, call=None):
@@ -183,13 +217,13 @@ def assert_form(actual, form, what, call=None):
     """actual has `form` (invariants.answers): a str for TEXT, any fitting form of an Either, else an array of its shape and dtype kind."""
     __tracebackhide__ = True
     if isinstance(form, Either):
-        problems = []
+        options = []
         for option in form.forms:
             try:
                 return assert_form(actual, option, what)
             except InvariantViolation as exc:
-                problems.append(str(exc))
-        _fail(what, "none of its forms", "one of them", call, [f"  {p}" for p in problems], check="form")
+                options.append(exc.measured)
+        _fail(what, "none of its forms", "one of them", call, check="form", options=options)
     if form == TEXT:
         if not isinstance(actual, str):
             _fail(f"type of {what}", type(actual).__name__, "str", call, check="type")

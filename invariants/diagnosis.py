@@ -17,17 +17,19 @@ nearly every bug there and its hint can only list conventions.
 The constants were chosen on the zoo with leave-one-out (a mutant's own signature is never
 used to diagnose it): see invariants.mutants.matrix's diagnosis accuracy.
 
-What the likely-bug line says then depends on what the failures show, not only on which failed
-(`said`): a refusal or an exception in most of them, errors no larger than float32 rounding in a
-float64 run, a sliding window in every failing example, a wrong shape or NaN where the hint names
-neither. Those rules were written before measuring them on bugs no hint was written for
-(tests/heldout_bugs.py: the figures are in docs/power.md).
+What the likely-bug line says then depends on what the counterexamples measured, not only on which
+invariants failed (`said`): a refusal or an exception; errors no larger than float32 rounding in a float64
+run, or no larger than float16's; how many keys a query saw against its window, and whether any after its own
+position; which side of the diagonal
+the weights are zero on, and the axis they sum to one over; an answer that is the reference's hidden state
+without its final norm; the first position at which a decode disagrees with the full forward; a sliding
+window in every failing example; a wrong shape or NaN where the hint names neither. Where a figure names
+the cause, the line names that one cause and no other. The rules were written before measuring them on
+bugs they never saw (tests/heldout_bugs.py and tests/heldout_bugs_2.py: the figures are in docs).
 
-What a failure shows is read from its figures as data (invariants.runner.measured_of: the violation's check
-and tolerance, a refusal, the windows of its calls), never from its words, which may quote what a submission
-wrote; a clue a failure carries no figure for is not drawn. Only a record with no figures at all (None: the
-plugin's and the HTML report's suite records, written from the user's own code, until they carry them) is
-read from the suite's own phrases (measured_from_words), and that reading never raises.
+Every clue is read from a failure's figures as data (invariants.runner.measured_of: the violation's fields
+and what its law measured, a refusal, the windows of its calls), never from its words, which may quote what
+a submission wrote: a record without figures gets no clue.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import numpy as np
 from invariants.graphs import reachable_from
 from invariants.protocol import FUNCTIONS
 from invariants.registry import COMPONENTS, all_invariants
+from invariants.runner import FAILING
 
 SIGNATURES = Path(__file__).with_name("signatures.json")
 
@@ -79,14 +82,10 @@ SMOOTHING = 0.1  # pseudo-count of each co-failure frequency, drawn towards that
 RAREST = 1e-3  # the rate assumed for a failure no mutant of the zoo shows
 SPECIFICITY = 3.0  # weight of -log(share of the zoo that fails the candidate)
 GENERIC = 2.0  # what a comparison with the reference gives up to a failing law of its own component: it fails for most bugs and names none
-NON_FINITE = ", but should be finite"  # the assertion grammar's phrase for NaN and inf (invariants.asserts.assert_finite)
-REFUSED = "refused chunks="  # invariants.laws.decoding's phrase for a decode split the implementation would not take
-RAISED = " raised "  # "<function> raised <Type>: ...": the implementation's own exception (invariants.boundary)
-FLOAT32_NOTE = "float32 rounding size"  # what a reference comparison adds when a float64 answer misses by that much
 FLOAT32_ROUNDING = 8 * float(np.finfo(np.float32).eps)  # 9.5e-7: a law with a larger tolerance that fails misses by more than float32 rounds
-TOLERANCE = re.compile(r"atol=([0-9.e+-]+) \+ rtol=([0-9.e+-]+)")  # measured_from_words only
-WINDOW = re.compile(r"\bwindow=(\w+)")  # measured_from_words only
-SHOWS = {  # evidence -> a hint that names it (matches this) keeps its place in the likely-bug line
+FLOAT32_UNITS = 100  # an error of at most this many float32 roundings (of the expected values' scale) is float32 arithmetic's
+FLOAT16_UNITS = 8 * float(np.finfo(np.float16).eps / np.finfo(np.float32).eps)  # 8 float16 roundings, in float32 roundings
+SHOWS = {  # evidence -> a hint that names it (matches this) keeps its place in the likely-bug line; the suite's own hints, never a failure
     "refused": re.compile(r"refus|declare", re.I), "raised": re.compile(r"raise|error", re.I),
     "shape": re.compile(r"shape|reshape|transpose|view", re.I), "non-finite": re.compile(r"NaN|inf\b|finite|overflow", re.I),
     "window": re.compile(r"window", re.I),
@@ -194,34 +193,9 @@ def leave_one_out_accuracy(signatures):
     return (1 - len(misses) / len(signatures) if signatures else 0.0), misses
 
 
-def _number(text):
-    """A float, or None for what does not read as one."""
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def measured_from_words(status, reason):
-    """The figures of a record that carries none (the suite's own, written from the user's code), from the suite's phrases; never raises.
-
-    The gate never calls it: its records carry their figures, and a submission's words are never read.
-    """
-    tolerance = TOLERANCE.search(reason)
-    bounds = [_number(found) for found in tolerance.groups()] if tolerance else []
-    check = ("shape" if reason.startswith("shape of ") else "finite" if NON_FINITE in reason else "exact" if "exactly equal" in reason
-             else "close" if bounds and None not in bounds else None)
-    return {"check": check, **(dict(zip(("atol", "rtol"), bounds, strict=True)) if check == "close" else {}),
-            "float32_sized": FLOAT32_NOTE in reason, "refused": REFUSED in reason, "raised": status == "error" and RAISED in reason,
-            "windows": [None if found == "None" else found for found in WINDOW.findall(reason)]}
-
-
 def non_finite_first(failures):
     """Of (invariant, reason, figures) in registry order, the ones whose answer held NaN or inf: named once, first one first."""
     return [(name, reason) for name, reason, measured in failures if measured.get("check") == "finite"]
-
-
-FAILING = ("failed", "error")  # the statuses that are evidence of a bug: a wrong answer, or none
 
 
 def shows(status, measured):
@@ -233,17 +207,42 @@ def shows(status, measured):
     return {"shape": "shape", "finite": "non-finite"}.get(measured.get("check"))
 
 
+def _number(measured, key):
+    """A figure that is a finite number, else None (absent, or "nan", "inf": invariants.runner.measured_of)."""
+    value = measured.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _float32_units(measured):
+    """The failure's largest error in float32 roundings when it is a value comparison of a float64 run, else None."""
+    return _number(measured, "float32_units") if measured.get("check") == "close" and measured.get("dtype") == "float64" else None
+
+
+def _is_float32_sized(measured):
+    """Whether a failure measured its error as float32 rounding: its law said so, or its error is a few float32 roundings."""
+    units = _float32_units(measured)
+    return bool(measured.get("float32_sized")) or units is not None and units <= FLOAT32_UNITS
+
+
 def _within_float32_rounding(measured):
     """Whether a failure could be float32 rounding: it measured so, it asked for bitwise equality, or its tolerance is below float32's."""
-    bounds = [measured.get("atol"), measured.get("rtol")]
-    return (bool(measured.get("float32_sized")) or measured.get("check") == "exact"
+    bounds, units = [measured.get("atol"), measured.get("rtol")], _float32_units(measured)
+    if units is not None:  # the assertion measured its error: that decides
+        return _is_float32_sized(measured)
+    return (_is_float32_sized(measured) or measured.get("check") == "exact"
             or measured.get("check") == "close" and None not in bounds and max(bounds) <= FLOAT32_ROUNDING)
 
 
 def float32_sized(failures):
     """Whether a float64 run's failures are float32 rounding: one measured its error of that size, and none is too large for it."""
-    return any(measured.get("float32_sized") for _, _, _, measured in failures) and all(
+    return any(_is_float32_sized(measured) for _, _, _, measured in failures) and all(
         status == "failed" and _within_float32_rounding(measured) for _, status, _, measured in failures)
+
+
+def float16_sized(failures):
+    """Whether every failure of a float64 run is a value comparison missing by a few float16 roundings, and by more than float32's."""
+    units = [_float32_units(measured) for _, status, _, measured in failures if status == "failed"]
+    return len(units) == len(failures) and None not in units and max(units) <= FLOAT16_UNITS and min(units) > FLOAT32_UNITS
 
 
 def windows_needed(failures):
@@ -252,13 +251,94 @@ def windows_needed(failures):
     return tuple(dict.fromkeys(map(str, windows))) if len(windows) >= 2 and None not in windows else ()
 
 
+def _future_keys(m):
+    """A query that saw keys after its own position (invariants.laws.masking's keys_after): the causal mask, not the window."""
+    after, hidden = _number(m, "keys_after"), _number(m, "window_keys_hidden")
+    if not after:
+        return None
+    if hidden:
+        return (f"the causal mask is on the wrong side of the diagonal (transposed, tril for triu): the query at {m.get('query')} saw "
+                f"{after} key(s) after its own position and none of {hidden} key(s) before it that it should see")
+    return (f"the causal mask does not hide the future: the query at {m.get('query')} saw {after} key(s) after its own position "
+            "(among a decode chunk's own queries too, where the keys are the cache and the chunk)")
+
+
+def _window_keys(m):
+    """A query that saw more or fewer keys than its window gives it (invariants.laws.masking's keys_seen), none of them after it."""
+    seen, expected, window = _number(m, "keys_seen"), _number(m, "keys_expected"), m.get("window")
+    if seen is None or expected is None or seen == expected or _number(m, "keys_after"):
+        return None
+    wrong = ("one key too wide (j >= p - w keeps w + 1 keys)" if seen == expected + 1 else
+             "one key too narrow (j > p - w + 1 keeps w - 1 keys)" if seen == expected - 1 else f"{seen - expected:+d} keys off")
+    return f"the sliding window is {wrong}: the query at {m.get('query')} saw {seen} keys where window={window} gives it {expected}"
+
+
+def _mask_side(m):
+    """Weights zero below the diagonal and not above it: the causal mask hides the past, not the future (invariants.laws.attention)."""
+    above, below = _number(m, "zero_share_above"), _number(m, "zero_share_below")
+    if above is None or below is None or not (below >= 0.99 and above < 0.99):
+        return None
+    return (f"the causal mask is on the wrong side of the diagonal (transposed, tril for triu): {below:.0%} of the weights on past keys "
+            f"are zero and only {above:.0%} of those on future keys: each query sees itself and the future")
+
+
+def _softmax_axis(m):
+    """Weights that sum to one over the queries, not the keys (invariants.laws.attention's columns_sum_to_one)."""
+    if not m.get("columns_sum_to_one"):
+        return None
+    return "the softmax normalises over the query axis (axis=-2): the weights' columns sum to 1, not their rows over the keys"
+
+
+def _final_norm(m):
+    """An answer that is the reference's last hidden state without the final norm, times the head (invariants.laws.llama)."""
+    if not m.get("agrees_pre_norm"):
+        return None
+    return "the final RMSNorm is missing: the logits agree with the reference's last hidden state taken to the head without it"
+
+
+def _first_decode_position(m):
+    """A decode that agrees with the full forward over the prefill and first disagrees where a decode step starts."""
+    first, starts, window = _number(m, "first_position"), m.get("chunk_starts") or [], _number(m, "window")
+    if first is None or len(starts) < 2 or first < starts[1]:
+        return None
+    if window is not None and first >= window:
+        return (f"the decode agrees with the full forward up to position {first - 1} and first disagrees at {first}, once the window "
+                f"({window}) is full: the decode's window keeps the wrong cached keys")
+    return (f"the decode agrees with the full forward over the prefill (positions 0 to {starts[1] - 1}) and first disagrees at position "
+            f"{first}, in a decode step: a decode step's tokens are not at past_length + i")
+
+
+# a figure that names one cause, in order
+MEASURED_RULES = (_future_keys, _window_keys, _mask_side, _softmax_axis, _final_norm, _first_decode_position)
+
+
+def measured_cause(failures):
+    """(invariant, cause) from the first failure (root components first) whose figures name one cause (MEASURED_RULES), else None."""
+    for rule in MEASURED_RULES:
+        for name, _, _, measured in failures:
+            cause = rule(measured)
+            if cause:
+                return name, cause
+    return None
+
+
+@dataclass(frozen=True)
+class LikelyBug:
+    """What the likely-bug line says: the failing invariant it names, the cause, and whether a figure of a counterexample named it."""
+
+    invariant: str
+    cause: str
+    measured: bool  # one cause, read from the figures; else the invariant's hint (which may list several)
+
+
 def said(ranked, failures, hints):
-    """(invariant, what the likely-bug line says of it): the top diagnosis's hint, unless the failures show something it does not name.
+    """The LikelyBug: the top diagnosis's hint, unless the failures show something it does not name.
 
     In order: the top's own failure a refusal or an exception its hint is not about (the first refusal is the news;
-    an exception comes before the hint); every error float32-sized; a window in every failing example (a failing law whose hint is
-    about windows, else that observation); the top's own answer of the wrong shape or non-finite where its hint is about
-    neither (a candidate with that evidence whose hint names it, else the evidence).
+    an exception comes before the hint); every error float32-sized; a figure that names one cause (measured_cause); every
+    error float16-sized; a window in every failing example (a failing law whose hint is about windows, else that observation);
+    the top's own answer of the wrong shape or non-finite where its hint is about neither (a candidate with that evidence
+    whose hint names it, else the evidence).
     """
     hint = {name: "" if _compares_with_reference(name) else hints.get(name, "") for name, _, _, _ in failures}  # a list of conventions names none
     evidence = {name: shows(status, measured) for name, status, _, measured in failures}
@@ -267,25 +347,31 @@ def said(ranked, failures, hints):
     if evidence[top] in ("refused", "raised") and not SHOWS[evidence[top]].search(hint[top]):
         refused = next((name for name, _, _, _ in failures if evidence[name] == "refused"), None)
         if refused:
-            return refused, f"it refused an input instead of answering: {reasons[refused]}"
-        return top, f"it raised instead of answering ({reasons[top]}); {hints.get(top, '')}"
+            return LikelyBug(refused, f"it refused an input instead of answering: {reasons[refused]}", True)
+        return LikelyBug(top, f"it raised instead of answering ({reasons[top]}); {hints.get(top, '')}", False)
     if float32_sized(failures):
-        first = next(name for name, _, _, measured in failures if measured.get("float32_sized"))
-        return first, ("every error is of float32 rounding size in a float64 run: the code computes in float32, which code that "
-                       "does so by design declares (COMPUTE_DTYPE = 'float32'); no law is broken by more")
+        first = next(name for name, _, _, measured in failures if _is_float32_sized(measured))
+        return LikelyBug(first, "every error is of float32 rounding size in a float64 run: the code computes in float32, which code that "
+                                "does so by design declares (COMPUTE_DTYPE = 'float32'); no law is broken by more", True)
+    measured = measured_cause(failures)
+    if measured:
+        return LikelyBug(*measured, True)
+    if float16_sized(failures):
+        return LikelyBug(top, "every error is a few float16 roundings in a float64 run, larger than float32's: part of the code "
+                              "computes in float16 or bfloat16 (a stray .half(), autocast)", True)
     candidates = [d.invariant for d in ranked]
     windows = windows_needed(failures)
     if windows:
         named = next((name for name in candidates if SHOWS["window"].search(hint[name])), None)
-        return (named, hint[named]) if named else (top, (
+        return LikelyBug(named, hint[named], False) if named else LikelyBug(top, (
             f"every failing example has a sliding window (window={', '.join(windows)}) and none fails without one: the window "
-            "keeps the wrong keys somewhere (a query at p sees min(p + 1, w)), in the prefill or in the decode"))
+            "keeps the wrong keys somewhere (a query at p sees min(p + 1, w)), in the prefill or in the decode"), True)
     kind = evidence[top]
     if kind in ("shape", "non-finite") and not SHOWS[kind].search(hint[top]):
         named = next((name for name in candidates if evidence[name] == kind and SHOWS[kind].search(hint[name])), None)
-        return (named, hint[named]) if named else (
-            top, f"its answer {'has the wrong shape' if kind == 'shape' else 'holds NaN or inf'}, which its hint is not about: {reasons[top]}")
-    return top, hints.get(top, "")
+        return LikelyBug(named, hint[named], False) if named else LikelyBug(
+            top, f"its answer {'has the wrong shape' if kind == 'shape' else 'holds NaN or inf'}, which its hint is not about: {reasons[top]}", True)
+    return LikelyBug(top, hints.get(top, ""), False)
 
 
 def sound_parts(component, failed, held):
@@ -295,44 +381,49 @@ def sound_parts(component, failed, held):
     return parts if parts and set(parts) <= sound else ()
 
 
-def likely_bugs(outcomes):
-    """The likely bug, as lines to show (evidence indented below it), from (invariant, status, reason[, figures]); [] when nothing failed.
+def likely_bug(outcomes):
+    """(LikelyBug or None, non-finite failures, ranked diagnoses, failed, held) from (invariant, status, reason[, figures]) in any order.
 
-    The figures (a dict: invariants.runner.measured_of) are what the clues are read from; the reason is only quoted. Without
-    them (a triple, or None) the suite's own phrases are read instead (measured_from_words). NaN or inf in the answers is named
-    once, first; what the line says follows what the failures show (`said`). Only the invariants given are read: leave out what
-    a reader must not see.
+    The figures (a dict: invariants.runner.measured_of) are what the clues are read from; the reason is only quoted. Only the
+    invariants given are read: leave out what a reader must not see.
     """
-    outcomes = [(name, status, reason, measured_from_words(status, reason) if measured is None else measured)
-                for name, status, reason, measured in (tuple(o) + (None,) * (4 - len(o)) for o in outcomes)]  # a generator (the gate's) too
+    outcomes = [(name, status, reason, (figures or [{}])[0] or {}) for name, status, reason, *figures in outcomes]  # a generator too
     hints = {inv.name: inv.hint for inv in all_invariants()}  # in registry order: root components first
     order = {name: i for i, name in enumerate(hints)}
     failures = sorted((o for o in outcomes if o[1] in FAILING), key=lambda f: order.get(f[0], len(order)))
-    if not failures:
-        return []
     failed = {name for name, _, _, _ in failures}
     held = {name for name, status, _, _ in outcomes if status == "passed"}
-    lines = []
     non_finite = non_finite_first([(name, reason, measured) for name, _, reason, measured in failures])
+    ranked = diagnose(failed, held) if failures else []
+    return (said(ranked, failures, hints) if ranked else None), non_finite, ranked, failed, held
+
+
+def likely_bugs(outcomes):
+    """The likely bug, as lines to show (evidence indented below it), from (invariant, status, reason, figures); [] when nothing failed.
+
+    NaN or inf in the answers is named once, first; what the line says follows what the failures show (`said`); where a figure
+    named the cause, no other candidate is listed.
+    """
+    bug, non_finite, ranked, failed, held = likely_bug(outcomes)
+    lines = []
     if non_finite:
         first, reason = non_finite[0]
         lines.append(f"non-finite answers (NaN or inf) in {len(non_finite)} failure(s), first in {first}: {reason}")
-    ranked = diagnose(failed, held)
-    if ranked:
-        named, saying = said(ranked, failures, hints)
-        lines.append(f"likely bug: {named}: {saying}")
-        top = next((d for d in ranked if d.invariant == named), None)
-        downstream = len(failed) - len(root_failures(failed))
-        if top and len(failed) > 1:
-            lines.append(f"  evidence: {len(top.explained)} of the other {len(failed) - 1} failures go with it in the zoo's signatures"
-                         + (f"; {downstream} failure(s) are in components built on a failing one" if downstream else ""))
-        parts = sound_parts(named.split(".")[0], failed, held)
-        if parts:
-            lines.append(f"  its parts hold ({', '.join(parts)}: every law of theirs that ran passed), so the bug is in how "
-                         f"{named.split('.')[0]} combines them")
-        if ranked[0].resembles:
-            lines.append("  resembles: " + "; ".join(f"{name} ({bug})" for name, bug in ranked[0].resembles))
-        others = [d.invariant for d in ranked if d.invariant != named]
-        if others:
-            lines.append("  next most likely: " + ", ".join(others[:2]))
+    if bug is None:
+        return lines
+    lines.append(f"likely bug: {bug.invariant}: {bug.cause}")
+    top = next((d for d in ranked if d.invariant == bug.invariant), None)
+    downstream = len(failed) - len(root_failures(failed))
+    if top and len(failed) > 1:
+        lines.append(f"  evidence: {len(top.explained)} of the other {len(failed) - 1} failures go with it in the zoo's signatures"
+                     + (f"; {downstream} failure(s) are in components built on a failing one" if downstream else ""))
+    component = bug.invariant.split(".")[0]
+    parts = sound_parts(component, failed, held)
+    if parts:
+        lines.append(f"  its parts hold ({', '.join(parts)}: every law of theirs that ran passed), so the bug is in how {component} combines them")
+    if ranked[0].resembles:
+        lines.append("  resembles: " + "; ".join(f"{name} ({zoo_bug})" for name, zoo_bug in ranked[0].resembles))
+    others = [d.invariant for d in ranked if d.invariant != bug.invariant]
+    if others and not bug.measured:
+        lines.append("  next most likely: " + ", ".join(others[:2]))
     return lines

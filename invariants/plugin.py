@@ -128,7 +128,12 @@ def _load_fuzz_profile(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """In a fuzz run: skip each fuzz target that does not apply to the implementation, and file the others' examples under their invariant's key."""
+    """Each suite test names its invariant as data (a user property: the record reads it, never the test's id); in a fuzz run, skip each
+    fuzz target that does not apply to the implementation, and file the others' examples under their invariant's key."""
+    for item in items:
+        inv = getattr(item, "callspec", None) and item.callspec.params.get("inv")
+        if inv is not None and getattr(item, "function", None) is not None and item.function.__module__ == _SUITE_MODULE:
+            item.user_properties.append(("invariant", inv.name))
     if _FUZZ_KEYS not in config.stash:
         return
     from invariants.examples_db import example_key
@@ -271,7 +276,8 @@ def pytest_terminal_summary(terminalreporter):
         return
     for line in selection(terminalreporter.config).misspelt() + shared_package_names():  # again at the end, where -q has no header
         terminalreporter.write_line(line)
-    by_status = {status: [r for r in runs if r["invariant_status"] == status] for status in ("passed", "failed", "error", "skipped")}
+    from invariants.runner import STATUSES  # here: the plugin loads in every pytest run, the runner only in ours
+    by_status = {status: [r for r in runs if r["invariant_status"] == status] for status in STATUSES}
     parts = [f"{_plural(len(by_status['passed']), 'invariant')} passed"]
     parts += [f"{len(by_status[s])} {s if s != 'error' else 'could not be evaluated'}" for s in ("failed", "error") if by_status[s]]
     if by_status["skipped"]:
@@ -288,14 +294,15 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def _outcomes(runs):
-    """(invariant, status, reason) of each run; an error in the check's own code (no failure recorded) is no evidence of a bug."""
+    """(invariant, status, reason, figures) of each run; an error in the check's own code (no failure recorded) is no evidence of a bug."""
     return [(r["invariant"], "check_crashed" if r["invariant_status"] == "error" and "failure" not in r else r["invariant_status"],
-             r.get("failure", "")) for r in runs]
+             r.get("failure", ""), r.get("measured", {})) for r in runs]
 
 
 JSON_FORMAT = "transformer-invariants/suite-run"  # the record's "format"; "version" counts its incompatible changes
 JSON_VERSION = 1
-_SUITE_TEST = "test_invariants.py::test_invariant["
+_SUITE_MODULE = f"{PACKAGE.name}.test_invariants"  # the module whose tests are the suite's invariants
+FAILURE_FIELDS = ("example", "problem", "notes", "measured")  # a failure's parts as data, in the record as the runner's Outcome has them
 
 
 class _JsonRecord:
@@ -311,14 +318,16 @@ class _JsonRecord:
         self.reports = {}  # invariant -> {phase: (outcome, properties, longrepr text)}
 
     def pytest_runtest_logreport(self, report):
-        if _SUITE_TEST not in report.nodeid:
+        name = dict(report.user_properties).get("invariant")  # set at collection (pytest_collection_modifyitems)
+        if name is None:
             return
-        name = report.nodeid.split(_SUITE_TEST, 1)[1].rsplit("]", 1)[0].split("-")[0]  # [<invariant>-<dtype>]
         text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
         self.reports.setdefault(name, {})[report.when] = (report.outcome, dict(report.user_properties), text)
 
     def entry(self, name, phases, registry):
         """One invariant's record: its status and counts from the user properties, or from pytest's outcome when it never ran."""
+        from invariants.runner import FAILING, headline
+
         inv = registry.get(name)
         entry = {"invariant": name, "component": inv.component if inv else name.split(".")[0],
                  "statement": inv.statement if inv else "", "hint": inv.hint if inv else ""}
@@ -332,14 +341,14 @@ class _JsonRecord:
             outcome = next((phases[w][0] for w in ("setup", "call") if w in phases and phases[w][0] != "passed"), "passed")
             entry["status"] = {"passed": "passed", "skipped": "skipped"}.get(outcome, "error")
             entry["examples"] = 0
-        for key in ("examples_to_failure", "declared", "failure", "report", "repro"):
+        for key in ("examples_to_failure", "declared", "failure", "report", "repro", *FAILURE_FIELDS):
             if key in properties:
                 entry[key] = properties[key]
         skipped = next((text for w in ("setup", "call") if w in phases and phases[w][0] == "skipped" for text in [phases[w][2]]), "")
         failed = next((text for w in ("setup", "call") if w in phases and phases[w][0] == "failed" for text in [phases[w][2]]), "")
-        reason = properties.get("failure") or skipped.removeprefix("Skipped: ") or failed.split("\n")[0]
+        reason = properties.get("failure") or skipped.removeprefix("Skipped: ") or headline(failed)
         entry["reason"] = reason or (f"held on {entry['examples']} examples" if entry["status"] == "passed" else "")
-        if entry["status"] in ("failed", "error") and "report" not in entry and failed:
+        if entry["status"] in FAILING and "report" not in entry and failed:
             entry["report"] = failed
         if entry.get("repro"):
             script = Path(entry["repro"])
@@ -349,6 +358,7 @@ class _JsonRecord:
 
     def record(self):
         from invariants.registry import all_invariants
+        from invariants.runner import STATUSES
 
         chosen = selection(self.config)
         registry = {inv.name: inv for inv in all_invariants()}  # in the suite's order, component by component
@@ -359,7 +369,7 @@ class _JsonRecord:
             "implementation": repr(chosen.impl), "target": chosen.target, "backend": chosen.backend,
             "device": chosen.device, "dtype": chosen.dtype, "profile": chosen.profile,
             "declared": dict(chosen.impl.declarations),
-            "summary": {status: sum(e["status"] == status for e in invariants) for status in ("passed", "failed", "error", "skipped")},
+            "summary": {status: sum(e["status"] == status for e in invariants) for status in STATUSES},
             "invariants": invariants,
         }
 
@@ -399,20 +409,25 @@ def repro_dir(request):
     return _option(request.config, "--repro-dir")
 
 
+def outcome_properties(outcome):
+    """[(name, value)]: an Outcome as user properties, its status and counts (the summary line and JUnit XML read them) and a failure's
+    text and parts as data (FAILURE_FIELDS: --invariants-json carries them unchanged)."""
+    from invariants.runner import FAILING
+
+    properties = [("invariant", outcome.invariant), ("invariant_status", outcome.status), ("examples", outcome.examples)]
+    if outcome.examples_to_failure is not None:
+        properties.append(("examples_to_failure", outcome.examples_to_failure))
+    if outcome.declared:
+        properties.append(("declared", True))
+    if outcome.status in FAILING and not outcome.check_crashed:
+        properties.append(("failure", outcome.reason))
+    if outcome.report:
+        properties += [("report", outcome.report), ("example", [list(pair) for pair in outcome.example]), ("problem", outcome.problem),
+                       ("notes", list(outcome.notes)), ("measured", outcome.measured)]
+    return properties
+
+
 @pytest.fixture
 def record_outcome(request):
-    """record_outcome(outcome): its status and example counts as user properties (the summary line and JUnit XML read them)."""
-
-    def record(outcome):
-        properties = [("invariant", outcome.invariant), ("invariant_status", outcome.status), ("examples", outcome.examples)]
-        if outcome.examples_to_failure is not None:
-            properties.append(("examples_to_failure", outcome.examples_to_failure))
-        if outcome.declared:
-            properties.append(("declared", True))
-        if outcome.status in ("failed", "error") and not outcome.check_crashed:
-            properties.append(("failure", outcome.reason))
-        if outcome.report:  # the whole failure, for --invariants-json (and the JUnit XML's properties)
-            properties.append(("report", outcome.report))
-        request.node.user_properties.extend(properties)
-
-    return record
+    """record_outcome(outcome): the Outcome as the test's user properties (outcome_properties)."""
+    return lambda outcome: request.node.user_properties.extend(outcome_properties(outcome))

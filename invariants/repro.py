@@ -27,6 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from invariants.asserts import render_worst
+from invariants.runner import headline
+
 INLINE_ELEMENTS = 4096  # larger examples keep their arrays in an .npz beside the script
 MAX_ARRAY_BYTES = 4 << 20  # the arrays one repro keeps (inputs always; answers while they fit), inline or in its .npz
 NUMERIC = "biufc"  # the array kinds an .npz holds without pickle
@@ -88,7 +91,7 @@ def _size(value):
 
 def _seen(answer):
     """What the suite got back: ("answer", it), or ("error", the first line of its message)."""
-    return ("error", str(answer).split("\n")[0][:1000]) if isinstance(answer, Exception) else ("answer", answer)
+    return ("error", headline(str(answer))[:1000]) if isinstance(answer, Exception) else ("answer", answer)
 
 
 def _exact(value):
@@ -137,14 +140,11 @@ def _located(label):
     return (where, attribute), str(Path(file).resolve().parents[depth])
 
 
-def _expectation(problem):
-    """What the suite expected, from its failure grammar `<what>=<got>, but should be <expected> [<call>]`, with the worst element's line."""
-    first, *rest = problem.splitlines() or [""]
-    what, found, expected = first.partition(", but should be ")
-    if not found:
+def _expectation(measured):
+    """What the suite expected, from the violation's fields (invariants.asserts): `<what> should be <expected>`, and the worst element."""
+    if "what" not in measured:
         return ()
-    worst = [line.strip() for line in rest if line.strip().startswith("worst at index")]
-    return (f"{what.rpartition('=')[0] or what} should be {expected.rpartition(' [')[0] or expected}", *worst)
+    return (f"{measured['what']} should be {measured.get('expected', '?')}", *filter(None, [render_worst(measured)]))
 
 
 def repro_source(outcome, impl, *, target=None, npz_name=None):
@@ -160,10 +160,10 @@ def repro_source(outcome, impl, *, target=None, npz_name=None):
     load = f"ARRAYS = np.load(Path(__file__).with_name({npz_name!r}))\n" if large else ""
     where, search = ((target, ""), None) if target else _located(getattr(impl, "label", ""))
     source = TEMPLATE.format(
-        invariant=re.sub(r"[^\w.]", "_", outcome.invariant), statement=_docstring(outcome.report.split("\n")[0]),
+        invariant=re.sub(r"[^\w.]", "_", outcome.invariant), statement=_docstring(f"{outcome.invariant}: {outcome.statement}"),
         name=_literal(outcome.invariant, None), target=_literal(where, None), search=_literal(search, None),
         backend=impl.backend, dtype=impl.dtype, load=load, calls=listed,
-        expected=_literal(_expectation(outcome.problem), None), violation=_literal(outcome.problem, None), hint=_literal(outcome.hint, None),
+        expected=_literal(_expectation(outcome.measured), None), violation=_literal(outcome.problem, None), hint=_literal(outcome.hint, None),
     )
     return source, arrays
 

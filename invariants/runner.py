@@ -1,7 +1,8 @@
 """Run one invariant against one implementation under hypothesis; the result is an Outcome, whatever happens.
 
 pytest-free on purpose: the plugin, the gate and the mutation matrix all call run_invariant
-and render the same Outcome; none of them parses a message.
+and render the same Outcome; none of them parses a message: a failure's parts (example, problem,
+hint, notes) and its figures (`measured`) are fields, and its text is rendered from them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ T = TypeVar("T")
 
 MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
 STATUSES = ("passed", "skipped", "failed", "error")  # failed: a wrong answer; error: the implementation could not be evaluated
+FAILING = ("failed", "error")  # the statuses that are evidence of a bug: a wrong answer, or none
 IMPLEMENTATION_FAILURES = (InvariantViolation, ImplementationError, OutputError)
 
 
@@ -70,7 +72,9 @@ class Outcome:
     example: tuple = ()  # the shrunk case: ((label, description), ...)
     problem: str = ""  # the violated assertion with its numbers, or what the implementation did instead of answering
     hint: str = ""
-    report: str = ""  # the whole failure, worded once: statement, implementation, example, problem, hint, replay line
+    notes: tuple = ()  # what follows the hint: hypothesis's @reproduce_failure line (its `replay`), a note on the shrinking
+    statement: str = ""  # the invariant's statement, for a failure
+    report: str = ""  # the whole failure, worded once from the fields above (format_failure): statement, implementation, example, ...
     declared: bool = False  # skipped because of a convention the implementation declares
     lost: str | None = None  # the transport's cause when the implementation could no longer be reached
     calls: tuple = field(default=(), repr=False)  # ((name, args, answer or exception), ...): what the failing example asked and got
@@ -116,6 +120,11 @@ def describe_value(value, dtype=None):
 def describe_case(case, dtype=None):
     """((label, description), ...) for a Case, () for none; floating arrays as a run in `dtype` receives them (describe_value)."""
     return tuple((label, describe_value(value, dtype)) for label, value in case.drawn.items()) if case is not None else ()
+
+
+def headline(text):
+    """The first line of a text, for a one-line display (a renderer: what it gives is shown, never read back)."""
+    return text.partition("\n")[0]
 
 
 def format_failure(inv, impl, problem, example, notes=()):
@@ -165,34 +174,58 @@ class _Search:
             self.impl.calls = None
 
     def outcome(self, status, reason, *, problem="", case=None, notes=(), **fields):
-        failing = status in ("failed", "error")
+        failing = status in FAILING
         at_examples, at_seconds = self.first_failure or (self.examples, time.perf_counter() - self.start)
         example = describe_case(case, self.impl.dtype)
         return Outcome(
             self.inv.name, status, reason, self.examples, round(time.perf_counter() - self.start, 3),
             examples_to_failure=at_examples if failing else None, seconds_to_failure=round(at_seconds, 3) if failing else None,
-            example=example, problem=str(problem), hint=self.inv.hint if failing else "",
+            example=example, problem=str(problem), hint=self.inv.hint if failing else "", notes=tuple(notes) if failing else (),
+            statement=self.inv.statement if failing else "",
             report=format_failure(self.inv, self.impl, problem, example, notes) if failing else "", **fields,
         )
 
     def failure(self, exc, case, notes=()):
         status = "failed" if isinstance(exc, InvariantViolation) else "error"
         calls = tuple(getattr(case, "calls", ()) or ())
-        return self.outcome(status, str(exc).split("\n")[0], problem=exc, case=case, notes=notes, calls=calls, measured=measured_of(exc, calls))
+        return self.outcome(status, headline(str(exc)), problem=exc, case=case, notes=notes, calls=calls, measured=measured_of(exc, calls))
+
+
+FIGURE_CHARS = 2_000  # a figure that is text (what was checked, the call, a value got) longer than this keeps its head and tail
 
 
 def measured_of(exc, calls):
-    """A failure's figures as data (JSON-ready): the violation's own (invariants.asserts: check, atol, rtol, ...), whether the
-    implementation raised or refused the input instead of answering, and the windows the failing example's calls were given."""
+    """A failure's figures as data (strict JSON): the violation's own fields (invariants.asserts: check, what, got, expected, call,
+    the errors, what its law measured), whether the implementation raised or refused the input instead of answering, and the
+    windows the failing example's calls were given. Text stays text, never parsed; a non-finite number is "nan", "inf" or "-inf"."""
     windows = [args[FUNCTIONS[name].params.index("window")] for name, args, _ in calls
                if name in FUNCTIONS and "window" in FUNCTIONS[name].params and FUNCTIONS[name].params.index("window") < len(args)]
-    return {**getattr(exc, "measured", {}), "raised": isinstance(exc, ImplementationError), "refused": bool(getattr(exc, "refused", False)),
-            "windows": [None if w is None else int(w) for w in windows]}
+    return _json_ready({**getattr(exc, "measured", {}), "raised": isinstance(exc, ImplementationError),
+                        "refused": bool(getattr(exc, "refused", False)), "windows": [None if w is None else int(w) for w in windows]})
+
+
+def _json_ready(value):
+    """value with numpy scalars as Python's, tuples as lists, non-finite floats as their names, and long text cut in the middle."""
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else str(float(value))
+    if value is None:
+        return None
+    text = str(value)
+    half = FIGURE_CHARS // 2
+    return text if len(text) <= FIGURE_CHARS else f"{text[:half]}[... {len(text) - 2 * half} characters cut ...]{text[-half:]}"
 
 
 def _replay_notes(exc):
-    """Hypothesis's own notes worth keeping: the @reproduce_failure line."""
-    return tuple(n for n in getattr(exc, "__notes__", []) if "reproduce_failure" in n or n.startswith("You can"))
+    """Hypothesis's own notes on the exception (PEP 678's __notes__, where hypothesis adds them), kept whole: the @reproduce_failure line."""
+    return tuple(getattr(exc, "__notes__", ()))
 
 
 
@@ -258,7 +291,8 @@ def _hypothesis_test(search, settings, seed, database_key=None):
     internals.set_database_key(body, search.inv.name.encode(), digest=True)  # the derandomized examples: one seed per invariant
     test = given(st.data())(body)
     internals.set_database_key(test, database_key or example_key(search.inv.name, search.impl))
-    test = hypothesis_settings(settings, report_multiple_bugs=False)(test)
+    # no explain phase: its notes (the lines only failing examples ran, in the suite's files) say nothing about the implementation
+    test = hypothesis_settings(settings, report_multiple_bugs=False, phases=[phase for phase in settings.phases if phase != Phase.explain])(test)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     return test
@@ -347,10 +381,10 @@ def _ended_by(search, exc):
         problem = "the implementation answered the same inputs differently on a second try (nondeterministic?)"
         return search.outcome("error", problem, problem=f"{problem}\n{exc}", case=search.case)
     except HypothesisException:
-        problem = f"hypothesis could not search this invariant: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+        problem = f"hypothesis could not search this invariant: {type(exc).__name__}: {headline(str(exc).strip())}"
         return search.outcome("error", problem, problem=problem, case=search.case, check_crashed=True)
     except Exception:  # noqa: BLE001 - the check choking on an answer is reported, never a traceback soup
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        problem = (f"the check itself raised {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno}); "
-                   "usually an answer of an unexpected shape or type; if the shapes look right, it is the suite's bug: please report it")
-        return search.outcome("error", problem.split(";")[0], problem=problem, case=search.case, check_crashed=True)
+        reason = f"the check itself raised {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno})"
+        problem = f"{reason}; usually an answer of an unexpected shape or type; if the shapes look right, it is the suite's bug: please report it"
+        return search.outcome("error", reason, problem=problem, case=search.case, check_crashed=True)

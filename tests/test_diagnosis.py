@@ -98,7 +98,7 @@ def test_likely_bugs_leads_with_the_bug_and_reads_only_the_outcomes_given():
     """The lines the plugin, the gate and the HTML report show: NaN first, then the bug with its hint; nothing about what was left out."""
     own = SIGNATURES["norms.unbiased_layer_norm"]
     outcomes = [(n, "failed", "x=1, but should be 2") for n in own["failing"]] + [(n, "passed", "") for n in own["held"]]
-    lines = likely_bugs([("norms.rms_norm_known_values", "error", "y[0]=nan, but should be finite"), *outcomes])
+    lines = likely_bugs([("norms.rms_norm_known_values", "error", "y[0]=nan, but should be finite", {"check": "finite"}), *outcomes])
     assert lines[0] == "non-finite answers (NaN or inf) in 1 failure(s), first in norms.rms_norm_known_values: y[0]=nan, but should be finite"
     assert lines[1] == f"likely bug: norms.layer_norm_known_values: {REGISTRY['norms.layer_norm_known_values'].hint}", lines
     assert all(line.startswith("  ") for line in lines[2:]), lines
@@ -129,22 +129,28 @@ def test_leave_one_out_accuracy_is_measured_and_beats_the_first_failure():
 
 
 def test_the_held_out_outcomes_are_those_of_the_held_out_and_documented_bugs():
-    """tests/fixtures/heldout_outcomes.json is rewritten (python -m tests.heldout_bugs) when a bug is added to either set."""
+    """tests/fixtures/heldout_outcomes*.json are rewritten (python -m tests.heldout_bugs [--second]) when a bug is added to a set;
+    each failure carries its figures (the runner's measured_of), which the likely-bug line reads."""
     from heldout_bugs import HELD_OUT, OUTCOMES
+    from heldout_bugs_2 import HELD_OUT_2, OUTCOMES_2
 
     from invariants.mutants.documented import documented_mutants
 
-    assert set(json.loads(OUTCOMES.read_text())) == set(HELD_OUT) | {m.name for m in documented_mutants()}
+    first, second = json.loads(OUTCOMES.read_text()), json.loads(OUTCOMES_2.read_text())
+    assert set(first) == set(HELD_OUT) | {m.name for m in documented_mutants()} and set(second) == set(HELD_OUT_2)
+    assert all(len(row) == 4 and isinstance(row[3], dict) for rows in (*first.values(), *second.values()) for row in rows)
 
 
 def test_the_likely_bug_line_names_bugs_its_hints_were_not_written_for():
-    """Measured on bugs held out of the tuning (issue 26 §4): the new decoder bugs, and the documented bugs by the invariants that name them."""
+    """Measured on bugs held out of the tuning (issue 26 §4, issue 35 §2): the first cause the line names is the bug's, in how many
+    kinds of bug the line lists; the documented bugs by the invariants that name them. Recorded as measured, not tuned back
+    (the figures, before and after, are in docs)."""
     from heldout_bugs import figures
 
-    measured = figures(likely_bugs)
-    # documented: 13 of 22 on the signatures of 759830a, 12 of 22 on those regenerated with the laws over the table (one bug's
-    # ranking moved with the zoo's data, not with a rule; docs/power.md): held out, so recorded as measured, not tuned back
-    assert measured["held_out"] >= 9 / 9 and measured["documented"] >= 12 / 22 and measured["documented_component"] >= 20 / 22, measured
+    measured = figures()
+    assert measured["held_out"][0] >= 6 and measured["held_out_2"][0] >= 9, measured  # of 9 and of 13: the first cause named is the bug
+    assert measured["held_out"][2] <= 2.4 and measured["held_out_2"][2] <= 2.1, measured  # kinds of bug listed per line
+    assert measured["documented"][:2] >= (12, 22) and measured["documented_component"] >= (20, 22), measured
 
 
 def _line(outcomes):
@@ -153,53 +159,80 @@ def _line(outcomes):
 
 
 REFUSED = "llama_decode refused chunks=[6] at window=2 (llama_decode raised ValueError: prefill too long): if it takes no such split, declare"
+RAISED = {"raised": True}  # invariants.runner.measured_of's figures of an ImplementationError
+CLOSE = {"check": "close", "dtype": "float64"}
 
 
 def test_a_refused_call_is_reported_as_a_refusal_not_as_the_first_law_it_stopped():
-    raised = ("dtypes.llama_decode_keeps_dtype", "error", "llama_decode raised ValueError: prefill too long")
-    outcomes = [("decoding.cache_size_law", "error", REFUSED), raised, ("llama.residual_identity", "passed", "")]
+    raised = ("dtypes.llama_decode_keeps_dtype", "error", "llama_decode raised ValueError: prefill too long", RAISED)
+    outcomes = [("decoding.cache_size_law", "error", REFUSED, {**RAISED, "refused": True}), raised, ("llama.residual_identity", "passed", "")]
     assert _line(outcomes) == f"likely bug: decoding.cache_size_law: it refused an input instead of answering: {REFUSED}"
-    crash = ("block.residual_identity", "error", "transformer_block raised ValueError: x")
-    downstream = [("norms.layer_norm_known_values", "failed", "y=1, but should be 2"), crash]
+    crash = ("block.residual_identity", "error", "transformer_block raised ValueError: x", RAISED)
+    downstream = [("norms.layer_norm_known_values", "failed", "y=1, but should be 2", {"check": "value"}), crash]
     assert _line(downstream).endswith(REGISTRY["norms.layer_norm_known_values"].hint)  # an exception above a wrong answer is not the news
     hint = REGISTRY["course.batches_shift_by_one"].hint
-    raised = ("course.batches_shift_by_one", "error", "get_batch raised ValueError: high <= 0")
+    raised = ("course.batches_shift_by_one", "error", "get_batch raised ValueError: high <= 0", RAISED)
     assert _line([raised]) == f"likely bug: course.batches_shift_by_one: it raised instead of answering ({raised[2]}); {hint}"
-
-
-def _agreement(note=""):
-    tolerance = "atol=5e-10 + rtol=1e-10·|expected| (float64)"
-    return f"llama_block output (held to the half_split pairing{note})=values out of tolerance, but should be close within {tolerance}"
-
-
-F32 = "; its errors are of float32 rounding size, not a convention's: code that computes in float32 by design declares COMPUTE_DTYPE = 'float32'"
+    assert "refused" not in _line([(*outcomes[0][:3], {}), raised])  # the words "refused chunks=" without the figure are no refusal
 
 
 def test_errors_of_float32_size_in_a_float64_run_are_named_as_such_unless_a_law_misses_by_more():
-    tight = "rope(e_a)=values out of tolerance, but should be close within atol=4e-07 + rtol=4e-07·|expected| (float64)"
-    loose = "llama_block output=values out of tolerance, but should be close within atol=6.7e-06 + rtol=8e-07·|expected| (float64)"
-    rounded = [("rope.pairing_anchor", "failed", tight), ("llama.block_agrees_with_reference", "failed", _agreement(F32))]
+    tight = {**CLOSE, "atol": 4e-07, "rtol": 4e-07, "float32_units": 60.0}
+    rounded = [("rope.pairing_anchor", "failed", "", tight),
+               ("llama.block_agrees_with_reference", "failed", "", {**CLOSE, "atol": 5e-10, "rtol": 1e-10, "float32_sized": True})]
     assert "float32 rounding size in a float64 run" in _line(rounded) and "COMPUTE_DTYPE = 'float32'" in _line(rounded)
-    assert "float32 rounding" not in _line([*rounded, ("llama.values_are_not_rotated", "failed", loose)])  # larger than float32 rounds
-    assert "float32 rounding" not in _line([("llama.block_agrees_with_reference", "failed", _agreement())])
+    loose = ("llama.values_are_not_rotated", "failed", "", {**CLOSE, "atol": 6.7e-06, "rtol": 8e-07, "float32_units": 5e4})
+    assert "float32 rounding" not in _line([*rounded, loose])  # larger than float32 rounds
+    assert "float32 rounding" not in _line([rounded[1], ("rope.pairing_anchor", "failed", "", {**tight, "float32_units": 900.0})])
+    assert "float32 rounding" not in _line([("llama.block_agrees_with_reference", "failed", "", {**CLOSE, "atol": 5e-10, "rtol": 1e-10})])
+    measured = [("llama.block_agrees_with_reference", "failed", "", {**CLOSE, "atol": 5e-10, "rtol": 1e-10, "float32_units": 40.0})]
+    assert "float32 rounding size" in _line(measured)  # an error of 40 float32 roundings, measured by the assertion itself
+    half = [("llama.block_agrees_with_reference", "failed", "", {**CLOSE, "float32_units": 3e3}), ("llama.logits_agree_with_reference",
+                                                                                                    "failed", "", {**CLOSE, "float32_units": 2e4})]
+    assert "computes in float16 or bfloat16" in _line(half)
 
 
 def test_a_bug_that_needs_a_window_in_every_failing_example_is_named_a_window_bug():
-    laws = [("llama.values_are_not_rotated", "failed", "out of tolerance [llama_block(x, params, window=1) with W_q = 0]"),
-            ("llama.block_agrees_with_reference", "failed", "out of tolerance [llama_block(x, params, window=3)]")]
+    laws = [("llama.values_are_not_rotated", "failed", "", {"windows": [1]}), ("llama.block_agrees_with_reference", "failed", "", {"windows": [3]})]
     assert "every failing example has a sliding window (window=1, 3)" in _line(laws)
-    unwindowed = [laws[0], ("llama.block_agrees_with_reference", "failed", "out of tolerance [llama_block(x, params, window=None)]")]
+    unwindowed = [laws[0], ("llama.block_agrees_with_reference", "failed", "", {"windows": [None]})]
     assert _line(unwindowed) == f"likely bug: llama.values_are_not_rotated: {REGISTRY['llama.values_are_not_rotated'].hint}"
 
 
 def test_a_wrong_shape_or_nan_under_a_hint_about_neither_is_said_instead_of_the_hint():
     shape = "shape of gqa_attention output=(1, 2, 3, 4), but should be (1, 4, 3, 4) [gqa_attention(q, k, v)]"
-    assert _line([("gqa.repeated_kv_heads", "failed", shape)]) == (
+    assert _line([("gqa.repeated_kv_heads", "failed", shape, {"check": "shape"})]) == (
         f"likely bug: gqa.repeated_kv_heads: its answer has the wrong shape, which its hint is not about: {shape}")
     nan = "gqa_attention weights[0, 0, 0, 0]=nan, but should be finite [gqa_attention(q, k, v)]"
-    assert "holds NaN or inf, which its hint is not about" in _line([("gqa.repeated_kv_heads", "failed", nan)])
+    assert "holds NaN or inf, which its hint is not about" in _line([("gqa.repeated_kv_heads", "failed", nan, {"check": "finite"})])
     named = REGISTRY["attention.large_scores_stay_finite"].hint  # a hint about overflow keeps its place over NaN
-    assert _line([("attention.large_scores_stay_finite", "failed", "out[0]=nan, but should be finite")]).endswith(named)
+    assert _line([("attention.large_scores_stay_finite", "failed", "out[0]=nan, but should be finite", {"check": "finite"})]).endswith(named)
+
+
+@pytest.mark.parametrize(("failure", "said"), [
+    (("masking.window_key_count", {"check": "condition", "keys_seen": 3, "keys_expected": 2, "window": 2, "query": 4}),
+     "the sliding window is one key too wide (j >= p - w keeps w + 1 keys): the query at 4 saw 3 keys where window=2 gives it 2"),
+    (("masking.window_key_count", {"check": "condition", "keys_seen": 1, "keys_expected": 2, "window": 2, "query": 4}),
+     "the sliding window is one key too narrow"),
+    (("masking.window_key_count", {"check": "condition", "keys_seen": 3, "keys_expected": 2, "keys_after": 2, "window_keys_hidden": 0,
+                                   "window": 3, "query": 1}), "the causal mask does not hide the future: the query at 1 saw 2 key(s)"),
+    (("masking.window_key_count", {"check": "condition", "keys_seen": 2, "keys_expected": 1, "keys_after": 2, "window_keys_hidden": 1,
+                                   "window": 3, "query": 0}), "the causal mask is on the wrong side of the diagonal"),
+    (("attention.causal_weights_pattern", {"check": "condition", "zero_share_above": 0.0, "zero_share_below": 1.0}),
+     "the causal mask is on the wrong side of the diagonal"),
+    (("attention.weights_are_distributions", {**CLOSE, "columns_sum_to_one": True}), "the softmax normalises over the query axis"),
+    (("llama.logits_agree_with_reference", {**CLOSE, "float32_units": 1e6, "agrees_pre_norm": True}), "the final RMSNorm is missing"),
+    (("decoding.decode_matches_full_forward", {**CLOSE, "float32_units": 1e6, "first_position": 3, "chunk_starts": [0, 3], "window": None}),
+     "first disagrees at position 3, in a decode step: a decode step's tokens are not at past_length + i"),
+    (("decoding.decode_matches_full_forward", {**CLOSE, "float32_units": 1e6, "first_position": 5, "chunk_starts": [0, 3, 4, 5], "window": 4}),
+     "once the window (4) is full"),
+])
+def test_a_figure_of_the_counterexample_names_one_cause_and_no_other(failure, said):
+    """Each measured rule: the line says the one cause the figure shows, and lists no other candidate."""
+    name, measured = failure
+    lines = likely_bugs([(name, "failed", "whatever the words", measured), ("llama.residual_identity", "failed", "", {})])
+    assert said in next(line for line in lines if line.startswith("likely bug:")), lines
+    assert not [line for line in lines if "next most likely" in line], lines
 
 
 def test_the_norm_and_value_bias_laws_tell_the_five_block_bugs_apart():

@@ -13,7 +13,7 @@ import pytest
 import invariants.htmlreport
 from invariants.htmlreport import figures as F
 from invariants.htmlreport.browser import png_size
-from invariants.htmlreport.inputs import InputError, load_batch, load_suite, pass_rates, score_histogram, split_failure
+from invariants.htmlreport.inputs import InputError, failure_parts, load_batch, load_suite, pass_rates, score_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "examples" / "reports"
@@ -94,30 +94,13 @@ def test_figures_are_drawn_at_their_size_and_the_committed_ones_are_current():
 # -- the failure text ------------------------------------------------------------------------------
 
 
-def test_split_failure_reads_what_format_failure_writes():
-    from invariants.registry import all_invariants
-    from invariants.runner import describe_value, format_failure
-
-    inv = next(i for i in all_invariants() if i.name == "attention.causal_non_leakage")
-    long = describe_value(np.linspace(-1, 1, 24))  # 24 values: printed whole, over two lines
-    assert "\n" in long
-    problem = "attention output=different values, but should be equal [attention(x)]\n  mismatched 1 of 1 elements (100.0%)"
-    class Impl:  # format_failure writes the implementation's repr
-        def __repr__(self):
-            return "my_solution.py (numpy, cpu, float64)"
-
-    text = format_failure(inv, Impl(), problem, (("x", long), ("j (first replaced position)", "1")),
-                          ("", "You can reproduce this example by temporarily adding @reproduce_failure('6.1', b'AA==') as a decorator"))
-    parts = split_failure(text)
-    assert parts.headline == f"{inv.name}: {inv.statement}" and parts.implementation == "my_solution.py (numpy, cpu, float64)"
-    assert parts.example == (("x", long), ("j (first replaced position)", "1"))
-    assert parts.problem == problem and parts.hint == inv.hint
-    assert parts.replay == "@reproduce_failure('6.1', b'AA==')"
-
-
-def test_split_failure_keeps_other_text_whole():
-    assert split_failure("cannot use --impl x.py: no such file").problem == "cannot use --impl x.py: no such file"
-    assert split_failure("").example == ()
+def test_failure_parts_are_the_records_fields_and_other_text_stays_whole():
+    fields = {"example": [["x", "float64 (2,) [0, 1]"]], "problem": "y=1, but should be 2\n  worst at index (0,)", "notes": ["@reproduce_failure"]}
+    parts = failure_parts("a.b: statement", "impl", fields, "the whole text", "hint")
+    assert (parts.example, parts.problem, parts.notes) == ((("x", "float64 (2,) [0, 1]"),), fields["problem"], ("@reproduce_failure",))
+    assert failure_parts("a.b: s", "impl", {}, "cannot use --impl x.py: no such file\nhint: x", "h").problem == (
+        "cannot use --impl x.py: no such file\nhint: x")  # a record without parts: its text whole, never split
+    assert failure_parts("a.b: s", "impl", {}, "", "h").example == ()
 
 
 # -- the plugin's record --------------------------------------------------------------------------

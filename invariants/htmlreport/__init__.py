@@ -13,10 +13,10 @@ describes the inputs and the sections.
 
 from __future__ import annotations
 
-from invariants.htmlreport.inputs import InputError, load_batch, load_suite, split_failure
+from invariants.htmlreport.inputs import InputError, failure_parts, load_batch, load_suite
 from invariants.htmlreport.render import render
 
-__all__ = ["InputError", "load_batch", "load_suite", "render", "split_failure", "suite_html", "batch_html"]
+__all__ = ["InputError", "failure_parts", "load_batch", "load_suite", "render", "suite_html", "batch_html"]
 
 
 def suite_html(paths, *, max_repro_bytes=16384, generated=None):

@@ -1,22 +1,25 @@
 """What a report shows, read from its inputs: suite records (--invariants-json) or a gate batch folder.
 
 Both become one Report: columns (implementations, or submissions), rows (invariants in the suite's
-order), a cell per (row, column), and a Card per failure. The failure text is the one Outcome.report
-and the gate's `details` share (invariants.runner.format_failure), split into its parts once, here.
+order), a cell per (row, column), and a Card per failure. A failure's parts (the example, the problem, hypothesis's
+notes) are read from the record's fields, as the runner's Outcome has them; a record without them shows its text whole.
+Nothing here parses a failure's words.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from invariants.gate.reports import VERDICT_WORDS
+from invariants.runner import FAILING as RUNNER_FAILING
 
 SUITE_FORMAT = "transformer-invariants/suite-run"  # invariants.plugin.JSON_FORMAT
 SUITE_VERSIONS = (1,)
 GATE_SCHEMA_VERSIONS = (1, 2, 3)  # invariants.gate.result.SCHEMA_VERSION (2 adds the statuses vacuous and voided, similarity; 3 no score)
-FAILING = ("failed", "error", "vacuous", "voided")  # the statuses that get a card (the last two are the gate's: held, but earn nothing)
+FAILING = (*RUNNER_FAILING, "vacuous", "voided")  # the statuses that get a card (the last two are the gate's: held, but earn nothing)
 STATUS_ORDER = ("passed", "failed", "error", "vacuous", "voided", "missing", "skipped", "not_run")
 
 
@@ -26,45 +29,22 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class FailureText:
-    """A failure report in its parts."""
+    """A failure report in its parts, as the record's fields give them."""
 
     headline: str = ""  # "<invariant>: <statement>"
     implementation: str = ""
     example: tuple = ()  # ((label, description), ...): the shrunk example
-    problem: str = ""  # the violated assertion with its numbers
+    problem: str = ""  # the violated assertion with its numbers (or, for a record without parts, its whole text)
     hint: str = ""
-    notes: tuple = ()  # what follows the hint (hypothesis's @reproduce_failure line, a shrink note)
-
-    @property
-    def replay(self):
-        """Hypothesis's @reproduce_failure(...) decorator, or ''."""
-        for note in self.notes:
-            found = re.search(r"@reproduce_failure\([^)]*\)", note)
-            if found:
-                return found.group(0)
-        return ""
+    notes: tuple = ()  # what follows the hint: hypothesis's own notes on the example (its @reproduce_failure line), a shrink note
 
 
-def split_failure(text):
-    """FailureText from the text format_failure writes; a text of another shape is kept whole as the problem."""
-    lines = (text or "").split("\n")
-    if len(lines) < 4 or not lines[1].startswith("implementation: ") or lines[2] != "example (shrunk):":
-        return FailureText(problem=(text or "").strip())
-    example, i = [], 3
-    while i < len(lines) and lines[i][:1].isspace():  # the example: indented lines; a wrapped array continues the one before
-        line = lines[i]
-        label = re.match(r"^  (\S[^:]*): (.*)$", line)
-        if label:
-            example.append([label.group(1), label.group(2)])
-        elif line.strip() != "(none drawn)" and example:
-            example[-1][1] += "\n" + line
-        i += 1
-    hint_at = max((j for j in range(i, len(lines)) if lines[j].startswith("hint: ")), default=None)
-    if hint_at is None:
-        return FailureText(lines[0], lines[1].removeprefix("implementation: "), tuple(map(tuple, example)), "\n".join(lines[i:]).strip())
-    notes = tuple(n for n in lines[hint_at + 1:] if n.strip())
-    return FailureText(lines[0], lines[1].removeprefix("implementation: "), tuple(map(tuple, example)),
-                       "\n".join(lines[i:hint_at]).strip(), lines[hint_at].removeprefix("hint: "), notes)
+def failure_parts(headline, implementation, fields, text, hint):
+    """FailureText from a record's fields (example, problem, notes: invariants.plugin.FAILURE_FIELDS); without them, `text` whole."""
+    if "problem" not in fields:
+        return FailureText(headline, implementation, problem=(text or "").strip(), hint=hint)
+    return FailureText(headline, implementation, tuple(tuple(pair) for pair in fields.get("example") or ()), fields["problem"], hint,
+                       tuple(fields.get("notes") or ()))
 
 
 @dataclass
@@ -165,7 +145,7 @@ def _short_label(record):
 
 
 def _diagnosis(entries):
-    """The likely bug (invariants.diagnosis.likely_bugs) for one column's entries ({invariant, status, reason})."""
+    """The likely bug (invariants.diagnosis.likely_bugs) for one column's entries ({invariant, status, reason, measured})."""
     from invariants.diagnosis import likely_bugs
 
     return [line.strip() for line in likely_bugs((e["invariant"], e["status"], e.get("reason", ""), e.get("measured")) for e in entries)]
@@ -200,7 +180,8 @@ def load_suite(paths, *, max_repro_bytes=16384):
             cell = Cell(e["status"], e.get("reason", ""))
             if e["status"] in FAILING:
                 cell.card = f"card-{len(cards)}"
-                text = split_failure(e.get("report", ""))
+                text = failure_parts(f"{name}: {statements[name]}", record.get("implementation", ""), e, e.get("report", ""),
+                                     e.get("hint", ""))
                 source = e.get("repro_source", "")
                 cards.append(Card(cell.card, c, name, components[name], e["status"], statements[name], e.get("reason", ""), text,
                                   e.get("report", ""), text.hint or e.get("hint", ""), e.get("repro", ""),
@@ -253,7 +234,7 @@ def load_batch(folder, *, max_repro_bytes=16384):
         invs = data["invariants"]
         counts = _counts([i["status"] for i in invs])
         facts = [("submission", f"{name} (sha256 {sub.get('sha256', '?')[:12]})"), ("backend", sub.get("backend") or "?"),
-                 ("verdict", data["verdict"].replace("_", " ")), ("score", score_text(data["score"], data["max_score"]))]
+                 ("verdict", VERDICT_WORDS.get(data["verdict"], data["verdict"])), ("score", score_text(data["score"], data["max_score"]))]
         reference = (data.get("similarity") or {}).get("reference")
         if reference:
             facts.append(("like the reference", f"{reference['score']:.2f} (flagged above {data['similarity'].get('flag_above', '?')})"))
@@ -267,7 +248,8 @@ def load_batch(folder, *, max_repro_bytes=16384):
             cell = Cell(inv["status"], inv.get("reason", ""), score=f"{_points(inv.get('score', 0))}/{_points(inv.get('max_score', 0))}")
             if inv["status"] in FAILING:
                 cell.card = f"card-{len(cards)}"
-                text = split_failure(inv.get("details") or inv.get("reason", ""))
+                text = failure_parts(f"{n}: {statements[n]}", sub.get("source", name), inv.get("failure") or {},
+                                     inv.get("details") or inv.get("reason", ""), inv.get("hint", ""))
                 script = where / f"repro_{n.replace('.', '_')}.py"  # invariants.repro's name, should the gate write one
                 source = script.read_text(encoding="utf-8") if script.is_file() and script.stat().st_size <= max_repro_bytes else ""
                 cards.append(Card(cell.card, c, n, components[n], inv["status"], statements[n], inv.get("reason", ""), text,

@@ -12,13 +12,13 @@ from __future__ import annotations
 import html
 from datetime import datetime, timezone
 
+from invariants.gate.reports import VERDICT_WORDS as VERDICT
 from invariants.htmlreport.inputs import FAILING, pass_rates, score_histogram, score_text
 from invariants.repro import portable
 
 MARK = {"passed": "✓", "failed": "✗", "error": "!", "vacuous": "∅", "voided": "⊘", "missing": "–", "skipped": "○", "not_run": "·"}
 WORD = {"passed": "passed", "failed": "failed", "error": "error", "vacuous": "vacuous", "voided": "voided", "missing": "missing",
         "skipped": "skipped", "not_run": "not run"}
-VERDICT = {"passed": "passed", "failed": "failed", "not_gradable": "not gradable", "gate_error": "gate error"}
 
 
 def e(text):
@@ -260,8 +260,9 @@ def _repro(card):
         parts.append('<p class="sub">Plain python (numpy, and torch for a torch implementation): it replays the failing calls on your '
                      "current code, prints each answer beside the one the suite saw and what the suite expected, and exits 1 while the "
                      "failure reproduces, 0 once the answers changed (then rerun the suite: the script does not re-check the property).</p>")
-    if card.text.replay:
-        parts.append(f"<p class=\"sub\">For maintainers, hypothesis's replay of this exact example:</p><pre>{e(card.text.replay)}</pre>")
+    if card.text.notes:
+        parts.append(f"<p class=\"sub\">For maintainers, hypothesis's notes on this exact example (its replay):</p>"
+                     f"<pre>{e(chr(10).join(card.text.notes))}</pre>")
     return f"<h4>Repro</h4>{''.join(parts)}" if parts else ""
 
 
