@@ -12,7 +12,7 @@ import argparse
 
 from invariants.conventions import CONVENTIONS
 from invariants.pipes import quiet_when_reader_leaves
-from invariants.protocol import FUNCTIONS
+from invariants.protocol import FUNCTIONS, declarations
 from invariants.registry import COMPONENTS, all_invariants
 
 BEGIN, END = "<!-- catalogue: begin (python -m invariants) -->", "<!-- catalogue: end -->"
@@ -69,8 +69,14 @@ def convention_values(convention):
 
 def conventions_markdown():
     """Every declarable convention of invariants.conventions.CONVENTIONS, of both protocol versions, as one Markdown table."""
-    lines = ["| constant | values | what it changes |", "| --- | --- | --- |"]
-    lines += [f"| `{c.name}` | {convention_values(c)} | {c.changes.replace('|', chr(92) + '|')} |" for c in CONVENTIONS.values()]
+    floating = {name for name, entry in FUNCTIONS.items() if entry.floating}
+
+    def honoured_by(names):
+        return "every function with floating answers" if set(names) == floating else ", ".join(f"`{n}`" for n in names)
+
+    lines = ["| constant | values | honoured by | what it changes |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{d.name}` | {convention_values(CONVENTIONS[d.name])} | {honoured_by(d.honoured_by)} | {d.meaning.replace('|', chr(92) + '|')} |"
+              for d in declarations()]
     return "\n".join(lines) + "\n"
 
 

@@ -63,7 +63,7 @@ class Convention:
     name: str
     allowed: tuple  # the allowed values, or the allowed type (a tuple of one class)
     default: object
-    changes: str  # one sentence: which invariants or strategies it changes
+    changes: str  # one sentence: what it changes; the functions it changes are those whose entries honour it (protocol.declarations)
     bounds: tuple | None = None  # for an allowed type: (lowest, highest) value, both allowed
     real: str = ""  # where real code sits within the bounds, for the message
 
@@ -83,75 +83,75 @@ CONVENTIONS = {
     c.name: c
     for c in (
         Convention("GELU_FORM", ("tanh", "erf"), None,
-                   "gelu, feed_forward, transformer_block, gpt_logits and moe are compared with the reference in the declared "
-                   "GELU form only (undeclared: either form, one form for a whole call)"),
+                   "compared with the reference in the declared GELU form only (undeclared: either form, one form for a whole call)"),
         Convention("ATTENTION_BIASES", (True, False), False,
-                   "True: the block and model invariants also draw params with the attention biases b_q, b_k, b_v, b_o "
-                   "(undeclared or False: never, so an implementation without them passes)"),
+                   "True: the params are also drawn with the attention biases b_q, b_k, b_v, b_o (undeclared or False: never, so an "
+                   "implementation without them passes)"),
         Convention("CAUSAL_ONLY", (True, False), False,
-                   "True: the invariants of encoder mode (causal=False) are skipped and every other attention and block "
-                   "invariant runs with causal=True only"),
+                   "True: the invariants of encoder mode (causal=False) are skipped and every other one runs with causal=True only"),
         Convention("ENCODER_ONLY", (True, False), False,
                    "True (no decoder mode: ViT- and BERT-style encoders): the invariants of decoder mode (causal=True) are skipped and "
-                   "every other attention, block and gqa_attention invariant runs with causal=False only"),
+                   "every other one runs with causal=False only"),
         Convention("ATTENTION_WEIGHTS", (True, False), True,
-                   "False: attention returns its output alone (no weights), the weight invariants are skipped and the "
+                   "False: the function returns its output alone (no weights), the weight invariants are skipped and the "
                    "others check the output only"),
         Convention("LAYER_NORM_EPS", (float,), None,
-                   "layer_norm always uses this eps, whatever it is passed: the norm invariants pass it, the reference "
-                   "block and model use it, and the scale law (which needs eps/c²) is skipped",
+                   "layer_norm always uses this eps, whatever it is passed: the norm invariants pass it, the references of what is "
+                   "built on it use it, and the scale law (which needs eps/c²) is skipped",
                    bounds=EPS_BOUNDS, real=EPS_IN_REAL_CODE),
         Convention("LAYER_NORM_BIAS", (True, False), True,
-                   "False (a LayerNorm without a bias: nn.LayerNorm(bias=False), x-transformers, nanoGPT's bias=False): layer_norm, "
-                   "the blocks' and the model's norms are given zero biases (ln1_b, ln2_b, ln3_b, lnf_b)"),
+                   "False (a LayerNorm without a bias: nn.LayerNorm(bias=False), x-transformers, nanoGPT's bias=False): every LayerNorm "
+                   "is given zero biases (bias, ln1_b, ln2_b, ln3_b, lnf_b)"),
         Convention("FEED_FORWARD_BIASES", (True, False), True,
-                   "False (feed-forward layers without biases: nn.TransformerEncoderLayer(bias=False), nanoGPT's bias=False): "
-                   "feed_forward, the blocks, the model and moe's GELU experts are given zero b1 and b2"),
+                   "False (feed-forward layers without biases: nn.TransformerEncoderLayer(bias=False), nanoGPT's bias=False): every "
+                   "GELU feed-forward network is given zero b1 and b2"),
         Convention("RMS_NORM_EPS", (float,), None,
-                   "rms_norm always uses this eps, whatever it is passed: the invariants pass it, and the scale law "
-                   "(which needs eps/c²) is skipped", bounds=EPS_BOUNDS, real=EPS_IN_REAL_CODE),
+                   "rms_norm always uses this eps, whatever it is passed: the invariants pass it, the references of what is built on it "
+                   "use it, and the scale law (which needs eps/c²) is skipped", bounds=EPS_BOUNDS, real=EPS_IN_REAL_CODE),
         Convention("FEED_FORWARD_RATIO", (int,), None,
-                   "feed_forward, the block, the model and the experts are drawn with the hidden width d_ff = ratio·d_model "
-                   "only (undeclared: feed_forward takes any width, the others 4·d_model)",
+                   "the feed-forward networks are drawn with the hidden width d_ff = ratio·d_model only (undeclared: feed_forward "
+                   "takes any width, the blocks, the model and the experts 4·d_model)",
                    bounds=RATIO_BOUNDS, real=RATIO_IN_REAL_CODE),
         Convention("EXPERT_FFN", ("gelu", "swiglu"), "gelu",
-                   "'swiglu' (Mixtral, Qwen-MoE, DeepSeek-MoE, OLMoE): moe's experts are drawn as SwiGLU networks "
+                   "'swiglu' (Mixtral, Qwen-MoE, DeepSeek-MoE, OLMoE): the experts are drawn as SwiGLU networks "
                    "{W_gate, W_up, W_down} without biases and compared with the implementation's swiglu (not feed_forward) "
                    "and the reference's; the closed-form MoE counts (GELU experts of 8d² + 5d) are skipped"),
         Convention("TOP_K_TIES", ("lower", "any"), "lower",
                    "'any': the tie-rule invariant is skipped and the gates are checked against any valid top-k set"),
         Convention("ROPE_PAIRING", ("half_split", "interleaved"), None,
-                   "rope, llama_block, llama_logits and llama_decode are compared with the reference in the declared pairing only: "
-                   "pairs (i, i + D/2) (HF, GPT-NeoX) or (2i, 2i + 1) (Meta's Llama, GPT-J); undeclared, either, one pairing for a whole call"),
+                   "compared with the reference in the declared pairing only: pairs (i, i + D/2) (HF, GPT-NeoX) or (2i, 2i + 1) "
+                   "(Meta's Llama, GPT-J); undeclared, either, one pairing for a whole call"),
         Convention("QKV_BIASES", (True, False), False,
-                   "True: the Llama block and model invariants also draw params with the biases b_q, b_k, b_v (Qwen2) "
-                   "(undeclared or False: never)"),
+                   "True: the params are also drawn with the biases b_q, b_k, b_v (Qwen2) (undeclared or False: never)"),
         Convention("FULLY_MASKED_ROWS", ("zeros", "uniform", "any"), "zeros",
-                   "what gqa_attention gives a query that sees no key (every key padded): zero weights and output (the reference, "
+                   "what a query that sees no key (every key padded) gets: zero weights and output (the reference, "
                    "SDPA, flash-attention), 'uniform' weights 1/S on every key (an additive finfo.min mask), or 'any' finite values; "
                    "never NaN"),
         Convention("SLIDING_WINDOW", (True, False), True,
-                   "False (no sliding window, as transformers' Llama): gqa_attention and the Llama functions are always passed "
-                   "window=None and the window invariants are skipped"),
+                   "False (no sliding window, as transformers' Llama): always passed window=None, and the window invariants are "
+                   "skipped"),
         Convention("ROPE_THETA", (float,), None,
-                   "rope and the Llama functions are drawn with this RoPE base only (undeclared: 10,000, 500,000 and 100), for code "
-                   "whose base is fixed", bounds=THETA_BOUNDS, real=THETA_IN_REAL_CODE),
+                   "drawn with this RoPE base only (undeclared: 10,000, 500,000 and 100), for code whose base is fixed",
+                   bounds=THETA_BOUNDS, real=THETA_IN_REAL_CODE),
         Convention("COMPUTE_DTYPE", ("float32",), None,
                    "'float32' (RMSNorm, RoPE, LayerNorm or the softmax computed in float32 whatever the input dtype): in a float64 "
                    "run every invariant held to rounding holds it to float32's tolerance (none is skipped), the exact ones run as "
                    "they are; float32 and narrower runs are unchanged"),
         Convention("MAX_DECODE_CHUNK", (int,), None,
-                   "llama_decode is drawn with at most this many tokens in every chunk after the prefill (1: one-token steps)",
+                   "decodes are drawn with at most this many tokens in every chunk after the prefill (1: one-token steps)",
                    bounds=CHUNK_BOUNDS, real=CHUNK_IN_REAL_CODE),
         Convention("CHUNKS_WITHIN_WINDOW", (True, False), False,
-                   "True (a cache of w slots that refuses a longer prompt or chunk): with a window w, every chunk of llama_decode (the "
-                   "prefill included) and llama_logits' and llama_block's whole sequences are drawn with at most w tokens"),
+                   "True (a cache of w slots that refuses a longer prompt or chunk): with a window w, every chunk of a decode (the "
+                   "prefill included) and every whole sequence of a forward is drawn with at most w tokens"),
+        Convention("DECODE_CHUNKS_WITHIN_WINDOW", (True, False), False,
+                   "True (a ring cache of w slots whose full forward takes any length): with a window w, every chunk of a decode (the "
+                   "prefill included) is drawn with at most w tokens, and the forwards still get any length"),
         Convention("KEY_MASK", (True, False), True,
-                   "False (an attention core without a key-padding mask, as most Llama code): gqa_attention is always passed "
-                   "key_mask=None and the invariants of padding are skipped"),
+                   "False (an attention core without a key-padding mask, as most Llama code): always passed key_mask=None, and "
+                   "the invariants of padding are skipped"),
         Convention("CAUSAL_ALIGNMENT", ("bottom_right", "top_left"), "bottom_right",
-                   "'top_left' (SDPA's is_causal when L != S: query i sees keys 0..i): gqa_attention is drawn with as many queries "
-                   "as keys only and the invariant of queries shorter than keys is skipped"),
+                   "'top_left' (SDPA's is_causal when L != S: query i sees keys 0..i): drawn with as many queries as keys only, "
+                   "and the invariant of queries shorter than keys is skipped"),
     )
 }
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from invariants.answers import NUMBER, TEXT, Either, broadcast, chunk_count, floats, heads, ints, shape_of
-from invariants.asserts import assert_form, assert_value
+from invariants.asserts import assert_close, assert_equal, assert_form, assert_value
 from invariants.boundary import (
     CallError,
     OutputError,  # noqa: F401 - raised through here by every transport
@@ -38,7 +38,7 @@ from invariants.boundary import (
     to_numpy,
     where,
 )
-from invariants.conventions import read_declarations, returns_weights, rounding_dtype
+from invariants.conventions import CONVENTIONS, read_declarations, returns_weights, rounding_dtype
 from invariants.tolerance import DTYPES, Tolerance, tolerance_for
 
 PROTOCOL_VERSION = 2
@@ -47,11 +47,13 @@ BACKENDS = ("numpy", "torch")
 
 @dataclass(frozen=True)
 class ProtocolFunction:
-    """One function of the protocol, its entry: how the suite calls it, what it answers, how a report shows a call, what it builds on.
+    """One function of the protocol, its entry: how the suite calls it, what it answers, how a report shows a call, what it builds on,
+    which declarations it honours.
 
     Its valid inputs, drawn to honour an implementation's declarations, are invariants.inputs.VALID_INPUTS[name], registered
     (@valid_inputs) by the component module whose HOLDS lists it; the laws written once over every entry (dtypes, shapes,
-    finite: invariants.laws.table_laws) read `outputs`, `floating` and `answer_form`.
+    finite: invariants.laws.table_laws) read `outputs`, `floating`, `answer_form` and `leaks`. A law calls it through the entry:
+    `FUNCTIONS[name].called(impl, inputs, call, x=...)` on a dict of drawn inputs named by its params.
     """
 
     name: str
@@ -66,17 +68,32 @@ class ProtocolFunction:
     floating: tuple[str, ...] = ("out",)  # those that are floating arrays in the input dtype; () for ints, counts and text
     shown: tuple[str, ...] = ()  # the params a report shows with their shape or value; the others appear by name
     builds_on: tuple[str, ...] = ()  # the protocol functions it is composed of (the diagnosis's dependencies)
-    # its rounding budget (tolerance.ROUNDINGS): how many roundings of its dtype a correct answer composes, the factor its checks
+    # its rounding budget (ROUNDINGS): how many roundings of its dtype a correct answer composes, the factor its checks
     # scale the dtype's tolerance by, measured with the factor and never tuned to pass; None where no check scales by one
     roundings: int | None = None
     version: int = 1  # the protocol version that added it (docs/protocol.md has one table per version)
-    details: str = ""  # Markdown printed under that table: params, the computation, the declarations it honours (generated too)
+    details: str = ""  # Markdown printed under that table: params, the computation (generated too)
+    # the declared conventions (invariants.conventions.CONVENTIONS) it honours, beyond the two `declarations` adds for every entry of
+    # its kind; declarations() lists, from these, the functions that honour each convention (the README's table)
+    honours: tuple[str, ...] = ()
+    leaks: str = ""  # where a dtype typically leaks in it: the start of its dtype law's hint (invariants.laws.dtypes)
 
     def __post_init__(self):
         if not self.arguments:
             raise ValueError(f"protocol function {self.name} needs `arguments`, the text of its row in docs/protocol.md")
         if self.answer_form is None:
             raise ValueError(f"protocol function {self.name} needs `answer_form`, the form of the answer its arguments call for")
+        unknown = [name for name in self.honours if name not in CONVENTIONS]
+        if unknown:
+            raise ValueError(f"protocol function {self.name} honours {', '.join(unknown)}: not declarable conventions "
+                             "(invariants.conventions.CONVENTIONS)")
+
+    @property
+    def declarations(self):
+        """Every convention it honours: `honours`, ATTENTION_WEIGHTS where it answers weights (out alone under False) and COMPUTE_DTYPE
+        where it answers floats (held to float32's rounding in a float64 run)."""
+        implied = (("ATTENTION_WEIGHTS",) if "weights" in self.outputs else ()) + (("COMPUTE_DTYPE",) if self.floating else ())
+        return tuple(name for name in CONVENTIONS if name in self.honours or name in implied)
 
     @property
     def answers_arrays(self):
@@ -110,6 +127,34 @@ class ProtocolFunction:
         if len(parts) == 1:
             return call, [(self.signature, *parts[0])]
         return call, [(f"{self.signature}[{i}] ({part})", part, value, form) for i, (part, value, form) in enumerate(parts)]
+
+    def arguments_of(self, inputs):
+        """The call's arguments, in protocol order, from a dict of drawn inputs named by the params (the strategies' *_inputs draw those)."""
+        return tuple(inputs[param] for param in self.params)
+
+    def called(self, impl, inputs, call, **changes):
+        """checked() on the inputs dict with `changes` swapped in: the parts of impl's answer, each held to its form (weights None
+        where impl declares ATTENTION_WEIGHTS = False)."""
+        __tracebackhide__ = True
+        return self.checked(impl, self.arguments_of({**inputs, **changes}), call)
+
+    def assert_parts(self, got, expected, what, call, tolerances=None, *, select=None):
+        """Each part of the answer `got` that impl returned equals that part of `expected`: bitwise where `tolerances` is None, else
+        within tolerances[part]. The weights come first (an error there is the output's cause) and are left out where impl returns
+        none (None: ATTENTION_WEIGHTS = False); `select` maps (part, value) to the elements compared, on both sides; a failure names
+        "<name> <output|weights> <what>"."""
+        __tracebackhide__ = True
+        parts = sorted(zip(self.outputs, got, expected, strict=True), key=lambda answered: answered[0] != "weights")
+        for part, got_part, expected_part in parts:
+            if got_part is None:
+                continue
+            if select is not None:
+                got_part, expected_part = select(part, got_part), select(part, expected_part)
+            label = f"{self.name} {'output' if part == 'out' else part} {what}".rstrip()
+            if tolerances is None:
+                assert_equal(got_part, expected_part, label, call)
+            else:
+                assert_close(got_part, expected_part, label, tolerances[part], call)
 
     def checked(self, impl, args, call):
         """impl.<name>(*args) as a tuple of its parts (out, weights), each held to its answer_form; weights None under ATTENTION_WEIGHTS = False.
@@ -177,6 +222,12 @@ skipped) and `COMPUTE_DTYPE = "float32"` (a float64 run holds the four laws held
 `Qwen3Attention` behind it.
 """
 
+
+
+
+
+
+
 FUNCTIONS = {
     f.name: f
     for f in (
@@ -187,6 +238,8 @@ FUNCTIONS = {
             "exp(x)/Σexp(x) along axis",
             arguments="any float array",
             shown=("x", "axis"),
+            leaks=("softmax's answer is not in x's dtype: the sum or the max is taken in float64 (dtype=np.float64), or "
+                   "the exponentials are written into a new buffer in the default dtype"),
             answer_form=lambda x, axis: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -196,6 +249,9 @@ FUNCTIONS = {
             "per-row LayerNorm, population variance",
             arguments="x (..., d), gain (d,), bias (d,), eps float",
             shown=("x", "eps"),
+            honours=("LAYER_NORM_EPS", "LAYER_NORM_BIAS"),
+            leaks=("eps or the width d enters layer_norm as a numpy float64 scalar (eps = np.float64(eps), x.sum(-1) / "
+                   "np.float64(d), var + np.array(eps))"),
             answer_form=lambda x, gain, bias, eps: floats(broadcast(x, gain, bias)),
         ),
         ProtocolFunction(
@@ -205,6 +261,9 @@ FUNCTIONS = {
             "per-row RMSNorm",
             arguments="x (..., d), gain (d,)",
             shown=("x", "eps"),
+            honours=("RMS_NORM_EPS",),
+            leaks=("eps or 1/√d enters rms_norm as a numpy float64 scalar (np.float64(eps), x / np.sqrt(d), "
+                   "np.mean(x**2, dtype=np.float64))"),
             answer_form=lambda x, gain, eps: floats(broadcast(x, gain)),
         ),
         ProtocolFunction(
@@ -214,6 +273,9 @@ FUNCTIONS = {
             "GELU (tanh or erf form)",
             arguments="any",
             shown=("x",),
+            honours=("GELU_FORM",),
+            leaks=("GELU's constant √(2/π) is np.sqrt(2 / np.pi), a numpy float64 scalar (math.sqrt(2 / math.pi) is a "
+                   "Python float), or the erf form goes through math.erf / scipy in float64"),
             answer_form=lambda x: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -223,6 +285,8 @@ FUNCTIONS = {
             "mean NLL in nats; logits (..., V), int targets (...)",
             arguments="logits (..., V), targets (...) int",
             outputs=("loss",), floating=("loss",), shown=("logits",),
+            leaks=("the loss comes back as a Python float (loss.item(), float(loss)), or it is averaged in float64 "
+                   "(np.mean(..., dtype=np.float64), a sum divided by np.float64(N))"),
             answer_form=lambda logits, targets: NUMBER,
         ),
         ProtocolFunction(
@@ -236,6 +300,10 @@ FUNCTIONS = {
             # Measured on reference.torch over 2000 examples: the worst error is 0.32 of the bound so scaled in float16 (the weights),
             # 0.16 in bfloat16.
             **ATTENTION, shown=("x", "n_heads", "causal"), builds_on=("softmax",), roundings=8,
+            honours=("CAUSAL_ONLY", "ENCODER_ONLY"),
+            leaks=("the scores are scaled by 1 / np.sqrt(D), a numpy float64 scalar (math.sqrt(D) or D ** -0.5 keep the "
+                   "dtype), or the causal mask is a float array of 0 and -inf made in float64 or torch's default dtype "
+                   "and added to the scores"),
             answer_form=lambda x, W_q, W_k, W_v, W_o, n_heads, causal: (floats(shape_of(x)), floats(heads(x, n_heads, shape_of(x)[-2]))),
         ),
         ProtocolFunction(
@@ -245,6 +313,9 @@ FUNCTIONS = {
             "GELU MLP; W1 (d, F), W2 (F, d)",
             arguments="x (..., d), W1 (d, F), b1 (F,), W2 (F, d), b2 (d,)",
             shown=("x", "W1"), builds_on=("gelu",),
+            honours=("GELU_FORM", "FEED_FORWARD_BIASES", "FEED_FORWARD_RATIO"),
+            leaks=("GELU's √(2/π) is np.sqrt(2 / np.pi) (a numpy float64 scalar), or the hidden layer is written into a "
+                   "buffer in the default dtype"),
             answer_form=lambda x, W1, b1, W2, b2: floats(shape_of(x)[:-1] + shape_of(W2)[-1:]),
         ),
         ProtocolFunction(
@@ -254,6 +325,10 @@ FUNCTIONS = {
             "pre-norm block; params: ln1_g ln1_b W_q W_k W_v W_o ln2_g ln2_b W1 b1 W2 b2",
             arguments="x (B, T, d), params dict (below)",
             shown=("x", "n_heads", "causal"), builds_on=("layer_norm", "attention", "feed_forward"),
+            honours=("GELU_FORM", "ATTENTION_BIASES", "CAUSAL_ONLY", "ENCODER_ONLY",
+                     "LAYER_NORM_EPS", "LAYER_NORM_BIAS", "FEED_FORWARD_BIASES", "FEED_FORWARD_RATIO"),
+            leaks=("a part of the block promotes (layer_norm's eps, attention's 1 / np.sqrt(D), GELU's np.sqrt(2 / "
+                   "np.pi)), or the residual stream is accumulated in a new buffer of the default dtype"),
             answer_form=lambda x, params, n_heads, causal: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -263,6 +338,10 @@ FUNCTIONS = {
             "decoder-only LM; params: wte (V, d), wpe (max_len, d), blocks [...], lnf_g, lnf_b; ValueError on bad ids",
             arguments="ids (B, T) int, params dict (below)",
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads"), builds_on=("transformer_block", "layer_norm"),
+            honours=("GELU_FORM", "ATTENTION_BIASES", "LAYER_NORM_EPS", "LAYER_NORM_BIAS", "FEED_FORWARD_BIASES", "FEED_FORWARD_RATIO"),
+            leaks=("the embeddings are gathered into a new buffer of the default dtype (np.zeros((B, T, d)), "
+                   "torch.zeros(B, T, d)), or a part promotes (layer_norm's eps, attention's 1 / np.sqrt(D), GELU's "
+                   "np.sqrt(2 / np.pi))"),
             answer_form=lambda ids, params, n_heads: floats(shape_of(ids) + shape_of(params["wte"])[:1]),
         ),
         ProtocolFunction(
@@ -281,6 +360,9 @@ FUNCTIONS = {
             "softmax over each token's k kept scores, 0 elsewhere",
             arguments="(N, E), int",
             outputs=("gates",), floating=("gates",), shown=("router_logits", "k"), builds_on=("softmax",),
+            honours=("TOP_K_TIES",),
+            leaks=("the gates are scattered into np.zeros(shape) / torch.zeros(N, E) in the default dtype instead of "
+                   "zeros_like(router_logits), or the kept scores' softmax is taken in float64"),
             answer_form=lambda router_logits, k: floats(shape_of(router_logits)),
         ),
         ProtocolFunction(
@@ -290,6 +372,9 @@ FUNCTIONS = {
             "x (N, d), router (d, E), experts [{W1, b1, W2, b2}] (EXPERT_FFN = 'swiglu': [{W_gate, W_up, W_down}])",
             arguments='x (N, d), router (d, E), experts: list of E dicts `W1 b1 W2 b2` (or `W_gate W_up W_down` under `EXPERT_FFN = "swiglu"`)',
             shown=("x", "experts", "k"), builds_on=("top_k_gates", "feed_forward", "swiglu"),
+            honours=("GELU_FORM", "FEED_FORWARD_BIASES", "FEED_FORWARD_RATIO", "EXPERT_FFN", "TOP_K_TIES"),
+            leaks=("the output buffer is np.zeros((N, d)) / torch.zeros(N, d) in the default dtype instead of "
+                   "zeros_like(x), or the gates or the router scores are taken in float64"),
             answer_form=lambda x, router, experts, k: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -299,6 +384,9 @@ FUNCTIONS = {
             "Switch loss E·Σ f_i·P_i",
             arguments="(N, E), int",
             outputs=("loss",), floating=("loss",), shown=("router_logits", "k"), builds_on=("softmax", "tokens_per_expert"),
+            honours=("TOP_K_TIES",),
+            leaks=("the routing shares f are float64 (np.bincount(...) / (N * k) is float64 whatever the logits: cast it "
+                   "to router_logits.dtype), or the loss comes back as a Python float (.item())"),
             answer_form=lambda router_logits, k: NUMBER,
         ),
         ProtocolFunction(
@@ -317,6 +405,7 @@ FUNCTIONS = {
             "router + all experts",
             arguments="ints",
             **VALUE,
+            honours=("EXPERT_FFN",),  # the closed-form counts are of GELU experts
             answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
@@ -326,6 +415,7 @@ FUNCTIONS = {
             "router + k experts",
             arguments="ints",
             **VALUE,
+            honours=("EXPERT_FFN",),  # the closed-form counts are of GELU experts
             answer_form=lambda *args: NUMBER,
         ),
         ProtocolFunction(
@@ -391,6 +481,8 @@ FUNCTIONS = {
             arguments="x (..., T, D), D even; positions (T,) int; base float (10,000 for Llama 2, 500,000 for Llama 3)",
             # roundings: the rotated value: x·cos, the partner·sin, their sum, and cos/sin themselves rounded to the dtype
             shown=("x", "positions", "base"), roundings=4, version=2,
+            honours=("ROPE_PAIRING", "ROPE_THETA"),
+            leaks="rope's answer is not in x's dtype: cos and sin left in float32 or float64 (round them to x's dtype)",
             answer_form=lambda x, positions, base: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -402,6 +494,8 @@ FUNCTIONS = {
                        "int ≥ 1 or None (only with causal)"),
             # roundings: attention's chain
             **ATTENTION, shown=("q", "k", "causal", "key_mask", "window"), builds_on=("softmax",), roundings=8, version=2,
+            honours=("CAUSAL_ONLY", "ENCODER_ONLY", "FULLY_MASKED_ROWS", "SLIDING_WINDOW", "KEY_MASK", "CAUSAL_ALIGNMENT"),
+            leaks="gqa_attention's out or weights are not in q's dtype: a mask or a softmax in float32 kept",
             answer_form=lambda q, k, v, causal, key_mask, window: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
                                                                  floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
         ),
@@ -413,6 +507,7 @@ FUNCTIONS = {
             arguments="x (..., d), W_gate and W_up (d, F), W_down (F, d)",
             # roundings: x·W twice, SiLU's exp and division, the product, the last matmul: a few roundings at the terms' scale
             shown=("x", "W_gate"), roundings=4, version=2,
+            leaks="swiglu's answer is not in x's dtype: SiLU computed in float32 or float64 and kept",
             answer_form=lambda x, W_gate, W_up, W_down: floats(shape_of(x)[:-1] + shape_of(W_down)[-1:]),
         ),
         ProtocolFunction(
@@ -424,6 +519,8 @@ FUNCTIONS = {
             # roundings: two norms, attention's chain and SwiGLU's, two residual sums: the GPT block's 4 × 2, for the extra RoPE and gate
             shown=("n_heads", "n_kv_heads", "rope_base", "window"), builds_on=("rms_norm", "rope", "gqa_attention", "swiglu"), roundings=8,
             version=2,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "SLIDING_WINDOW", "ROPE_THETA", "CHUNKS_WITHIN_WINDOW"),
+            leaks="llama_block's answer is not in x's dtype: an RMSNorm upcast to float32 not cast back",
             answer_form=lambda x, params, n_heads, n_kv_heads, rope_base, window: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -434,6 +531,8 @@ FUNCTIONS = {
             arguments="ids (B, T) int, params (below)",
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window"),
             builds_on=("llama_block", "rms_norm"), version=2,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "SLIDING_WINDOW", "ROPE_THETA", "CHUNKS_WITHIN_WINDOW"),
+            leaks="llama_logits' answer is not in the params' dtype: the final norm or the head upcast",
             answer_form=lambda ids, params, *rest: floats(shape_of(ids) + shape_of(params["embed"])[:1]),
         ),
         ProtocolFunction(
@@ -444,6 +543,9 @@ FUNCTIONS = {
             arguments="as `llama_logits`, and chunks (n,) int ≥ 1 summing to T",
             outputs=("logits", "cache_sizes"), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "rope_base", "window", "chunks"),
             builds_on=("llama_block", "rms_norm"), version=2,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "SLIDING_WINDOW", "ROPE_THETA", "MAX_DECODE_CHUNK", "CHUNKS_WITHIN_WINDOW",
+                     "DECODE_CHUNKS_WITHIN_WINDOW"),
+            leaks="llama_decode's logits are not in the params' dtype: the cache or the head upcast",
             answer_form=lambda ids, params, n_heads, n_kv_heads, rope_base, window, chunks: (
                 floats(shape_of(ids) + shape_of(params["embed"])[:1]),
                 # cache_positions (n, L, heads, slots): the heads and slots are the cache's own, for the cache law to judge; or cache_sizes (n,)
@@ -457,6 +559,7 @@ FUNCTIONS = {
             arguments="x (B, T, d), memory (B, S, d), each W (d, d)",
             # roundings: attention's chain
             **ATTENTION, shown=("x", "memory", "n_heads"), builds_on=("softmax",), roundings=8, version=2,
+            leaks="cross_attention's out or weights are not in x's dtype",
             answer_form=lambda x, memory, W_q, W_k, W_v, W_o, n_heads: (floats(shape_of(x)), floats(heads(x, n_heads, shape_of(memory)[-2]))),
         ),
         ProtocolFunction(
@@ -466,6 +569,8 @@ FUNCTIONS = {
             "pre-norm encoder-decoder block: causal self-attention, cross-attention, GELU feed-forward",
             arguments="x (B, T, d), memory (B, S, d), params (below)",
             shown=("x", "memory", "n_heads"), builds_on=("layer_norm", "attention", "cross_attention", "feed_forward"), version=2,
+            honours=("GELU_FORM", "LAYER_NORM_EPS", "LAYER_NORM_BIAS", "FEED_FORWARD_BIASES", "FEED_FORWARD_RATIO"),
+            leaks="decoder_block's answer is not in x's dtype",
             answer_form=lambda x, memory, params, n_heads: floats(shape_of(x)),
         ),
         ProtocolFunction(
@@ -478,11 +583,43 @@ FUNCTIONS = {
             # roundings: attention's chain after two projections, a per-head RMSNorm and RoPE; reference.torch needs 1.3 of one
             # rounding in float16, 0.6 in bfloat16, 0.04 in float32 (3,000 random calls each)
             roundings=8, version=2, details=QK_NORM_DETAILS,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "ROPE_THETA"),
             answer_form=lambda x, params, n_heads, n_kv_heads, positions, rope_base: (floats(shape_of(x)),
                                                                                     floats(heads(x, n_heads, shape_of(x)[-2]))),
         ),
+        # version 2: MoE routing as shipped (Mixtral's and gpt-oss's router is top_k_gates)
+        # version 2: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
+        # version 2: RoPE scaling and partial rotary
+        # version 2: attention scores as shipped (ALiBi, softcapping, attention sinks)
+        # version 2: Gemma's details
+        # version 2: per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2's max_window_layers)
     )
 }
+
+
+# {protocol function: its rounding budget}, read from the entries (field `roundings`): how many roundings of its dtype a correct
+# answer composes, the factor its checks scale the tolerance table by (Tolerance.scaled, reference_tolerance)
+ROUNDINGS = {entry.name: entry.roundings for entry in FUNCTIONS.values() if entry.roundings is not None}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One declarable convention as the docs list it: its name, what it changes, its values, and the functions whose entries honour it."""
+
+    name: str
+    meaning: str  # one sentence (Convention.changes)
+    allowed: tuple  # the allowed values, or the allowed type (a tuple of one class) within `bounds`
+    bounds: tuple | None  # (lowest, highest) for a numeric one, both allowed
+    default: object  # assumed where it is not declared (None: undeclared)
+    honoured_by: tuple[str, ...]  # protocol functions, in the protocol's order
+
+
+def declarations():
+    """Every declarable convention (invariants.conventions.CONVENTIONS, in its order) with the protocol functions that honour it,
+    read from the entries (ProtocolFunction.declarations): the one source of the README's table of conventions."""
+    return [Declaration(c.name, c.changes, c.allowed, c.bounds, c.default,
+                        tuple(entry.name for entry in FUNCTIONS.values() if c.name in entry.declarations))
+            for c in CONVENTIONS.values()]
 
 
 def describe_call(name, args, note="", **options):

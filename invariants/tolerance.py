@@ -5,7 +5,8 @@ dtypes rtol is taken relative to max|expected| over the array instead (a norm-wi
 with 10 or 7 mantissa bits, rounding the inputs moves a value near 0 by about rtol times the
 array's scale, and an elementwise bound would demand more than the inputs carry. Checks that
 compose many operations (a block, a stacked model) scale the table by a stated factor; the
-factor is written next to the check, never tuned until a failure goes away.
+factor is written next to the check, never tuned until a failure goes away; a function's own budget
+of roundings is in its protocol entry (invariants.protocol.ROUNDINGS).
 """
 
 from __future__ import annotations
@@ -36,17 +37,6 @@ MEASURED_SUM_LENGTH = 8
 
 # Agreement between two float64 implementations of the same maths (the P01 course's figure).
 FLOAT64_AGREEMENT = 1e-10
-
-
-def __getattr__(name):
-    """ROUNDINGS: {protocol function: its rounding budget}, read from the entries (invariants.protocol.FUNCTIONS, field `roundings`):
-    how many roundings of its dtype a correct answer composes, the factor its checks scale the table by (Tolerance.scaled,
-    reference_tolerance), measured with the factors and never tuned to pass. Read lazily: the protocol module imports this one."""
-    if name == "ROUNDINGS":
-        from invariants.protocol import FUNCTIONS
-
-        return {entry.name: entry.roundings for entry in FUNCTIONS.values() if entry.roundings is not None}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,11 @@ from invariants.asserts import assert_close, assert_equal, assert_finite, assert
 from invariants.conventions import NO_DECODER_MODE, NO_ENCODER_MODE, causal_modes, declared_skip, first_reason, returns_weights
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import reference_answer, reference_tolerance
-from invariants.protocol import FUNCTIONS, ImplementationError, describe_call
+from invariants.protocol import FUNCTIONS, ROUNDINGS, ImplementationError, describe_call
 from invariants.registry import invariant
-from invariants.strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_args, attention_inputs, largest_score_sum, truncated
+from invariants.strategies.attention import MAX_SCORE_SCALE, MAX_SCORE_SUM, attention_inputs, largest_score_sum, truncated
 from invariants.strategies.core import LONG_LENGTHS, SWEPT_LENGTHS, TILE_LENGTHS, float_arrays, integers, permutations, sampled_from, swept_lengths
 from invariants.strategies.core import weights as weight_matrices
-from invariants.tolerance import ROUNDINGS
 
 LESSON = 40  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("attention",)  # the protocol functions whose laws it holds
@@ -52,6 +51,7 @@ LONG = dict(long_lengths=LONG_LENGTHS)  # the other checks: long sequences half 
 WIDE_SCORE_SUM = 2.0**17
 
 
+ATTENTION = FUNCTIONS["attention"]  # called(impl, inputs, call, **changes): out (B, T, d) and weights (B, H, T, T) (None: ATTENTION_WEIGHTS = False)
 _NO_WEIGHTS = declared_skip("ATTENTION_WEIGHTS", lambda returns: not returns, "its attention returns no weights to check")
 
 
@@ -76,21 +76,12 @@ def _draw_inputs(impl, case, *, large_scores=False, **options):
 def attention_arguments(impl, case):
     """x (B, T, d) of up to (2, 4, 6), its four (d, d) projections, a head count dividing d, and a causal flag as declared."""
     causal = case.draw(sampled_from(causal_modes(impl)), "causal")
-    return attention_args(case.draw(attention_inputs(max_batch=2, max_seq=4, max_heads=2, max_d_head=3, causal=causal), "inputs"))
+    return ATTENTION.arguments_of(case.draw(attention_inputs(max_batch=2, max_seq=4, max_heads=2, max_d_head=3, causal=causal), "inputs"))
 
 
 def attention_output(impl, answer):
     """The output of one of impl's attention answers: answer[0] of (out, weights), or answer itself with ATTENTION_WEIGHTS = False."""
     return answer[0] if returns_weights(impl) and isinstance(answer, (tuple, list)) else answer
-
-
-def _attend(impl, inputs, call, **changes):
-    """impl.attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T), shapes checked.
-
-    weights is None where impl declares ATTENTION_WEIGHTS = False (its attention answers out alone).
-    """
-    __tracebackhide__ = True
-    return FUNCTIONS["attention"].checked(impl, attention_args({**inputs, **changes}), call)
 
 
 def _magnitude(impl, inputs, weights, **changes):
@@ -102,7 +93,7 @@ def _magnitude(impl, inputs, weights, **changes):
     """
     args = {**inputs, **changes}
     if weights is None:
-        weights = reference_answer(impl, "attention", *attention_args(args))[1]  # (B, H, T, T)
+        weights = reference_answer(impl, "attention", *ATTENTION.arguments_of(args))[1]  # (B, H, T, T)
     x, W_v, W_o = (np.abs(impl.as_seen(args[name])) for name in ("x", "W_v", "W_o"))
     B, T, d = x.shape
     H = args["n_heads"]
@@ -114,6 +105,14 @@ def _magnitude(impl, inputs, weights, **changes):
 def _future(T):
     """(T, T) True above the diagonal: the keys a causal query must not see."""
     return np.triu(np.ones((T, T), dtype=bool), k=1)
+
+
+def _zeroed_sides(weights):
+    """The counterexample's figures: the share of exactly-zero weights above the diagonal (the future) and below it (the past)."""
+    T = weights.shape[-1]
+    zero = weights == 0  # (B, H, T, T)
+    return {"zero_share_above": float(zero[..., _future(T)].mean()) if T > 1 else 1.0,
+            "zero_share_below": float(zero[..., _future(T).T].mean()) if T > 1 else 0.0}
 
 
 def _new_tokens(impl, case, inputs, label):
@@ -155,11 +154,9 @@ def causal_non_leakage(impl, case):
         j = min(drawn_j, T - 1)
         short = truncated(inputs, T)
         call = describe_call("attention", short, f"with x[:, {j}:] replaced")
-        out, weights = _attend(impl, short, call)
-        new_out, new_weights = _attend(impl, short, call, x=np.concatenate([inputs["x"][:, :j], changed[:, j:T]], axis=1))
-        assert_equal(new_out[:, :j], out[:, :j], f"attention output at positions < {j}", call)
-        if weights is not None:
-            assert_equal(new_weights[:, :, :j], weights[:, :, :j], f"attention weights of the queries at positions < {j}", call)
+        new = ATTENTION.called(impl, short, call, x=np.concatenate([inputs["x"][:, :j], changed[:, j:T]], axis=1))
+        ATTENTION.assert_parts(new, ATTENTION.called(impl, short, call), f"of the queries at positions < {j}", call,
+                               select=lambda part, value, j=j: value[..., :j, :])  # the query axis: (B, T, d), (B, H, T, T)
 
 
 @invariant(
@@ -211,7 +208,7 @@ def _gradients_across(impl, inputs, cotangents, boundaries):
     through impl's own autograd (one backward pass per boundary, on one forward pass)."""
     import torch
 
-    args = list(impl.to_backend(attention_args(inputs)))
+    args = list(impl.to_backend(ATTENTION.arguments_of(inputs)))
     args[0] = impl.to_backend(inputs["x"], requires_grad=True)
     found = []
     try:
@@ -245,8 +242,9 @@ def causal_weights_pattern(impl, case):
     for T in _lengths(inputs):
         short = truncated(inputs, T)
         call = describe_call("attention", short)
-        _, weights = _attend(impl, short, call)  # (B, H, T, T)
-        assert_where(~_future(T) | (weights == 0), weights, "attention weights above the diagonal", "exactly 0", call)
+        _, weights = ATTENTION.called(impl, short, call)  # (B, H, T, T)
+        assert_where(~_future(T) | (weights == 0), weights, "attention weights above the diagonal", "exactly 0", call,
+                     **_zeroed_sides(weights))
         assert_equal(weights[:, :, 0], np.eye(1, T)[0], "the first query's weights", call)  # (B, H, T) vs (T,)
 
 
@@ -264,10 +262,11 @@ def weights_are_distributions(impl, case):
     """
     inputs = _draw_inputs(impl, case, **LONG, large_scores=True)
     call = describe_call("attention", inputs)
-    _, weights = _attend(impl, inputs, call)  # (B, H, T, T)
+    _, weights = ATTENTION.called(impl, inputs, call)  # (B, H, T, T)
     assert_where(weights >= 0, weights, "attention weights", ">= 0", call)
     # each weight carries one rounding of its dtype; T of them sum to 1, so the table's tolerance at 1 covers them
-    assert_close(weights.astype(np.float64).sum(axis=-1), 1.0, "row sums of the attention weights", impl.tolerance, call)
+    assert_close(weights.astype(np.float64).sum(axis=-1), 1.0, "row sums of the attention weights", impl.tolerance, call,
+                 columns_sum_to_one=bool(impl.tolerance.allows(weights.astype(np.float64).sum(axis=-2), 1.0).all()))
 
 
 @invariant(
@@ -284,7 +283,7 @@ def large_scores_stay_finite(impl, case):
     """
     inputs = _draw_inputs(impl, case, min_score_scale=MAX_SCORE_SCALE / 16, **LONG, large_scores=True)
     call = describe_call("attention", inputs)
-    out, weights = _attend(impl, inputs, call)
+    out, weights = ATTENTION.called(impl, inputs, call)
     assert_finite(out, "attention output", call)
     if weights is not None:
         assert_finite(weights, "attention weights", call)
@@ -308,12 +307,10 @@ def last_position_mask_free(impl, case):
     for T in _lengths(drawn):
         inputs = truncated(drawn, T)
         call = describe_call("attention", inputs, "vs causal=False")
-        out, weights = _attend(impl, inputs, call)
-        free_out, free_weights = _attend(impl, inputs, call, causal=False)
-        if weights is not None:
-            assert_close(weights[:, :, -1], free_weights[:, :, -1], "causal weights of the last query", tol, call)
-        scale = _magnitude(impl, inputs, free_weights, causal=False)
-        assert_close(out[:, -1], free_out[:, -1], "causal output at the last position", tol.at_scale(scale), call)
+        free = ATTENTION.called(impl, inputs, call, causal=False)
+        scale = _magnitude(impl, inputs, free[1], causal=False)
+        ATTENTION.assert_parts(ATTENTION.called(impl, inputs, call), free, "of the last query, causal", call,
+                               {"weights": tol, "out": tol.at_scale(scale)}, select=lambda part, value: value[..., -1, :])
 
 
 @invariant(
@@ -328,8 +325,8 @@ def permutation_equivariance(impl, case):
     T = inputs["x"].shape[1]
     p = np.array(case.draw(permutations(range(T)), "permutation p"))
     call = describe_call("attention", inputs, "vs the same on x[:, p]")
-    out, weights = _attend(impl, inputs, call)
-    moved_out, moved_weights = _attend(impl, inputs, call, x=inputs["x"][:, p])
+    out, weights = ATTENTION.called(impl, inputs, call)
+    moved_out, moved_weights = ATTENTION.called(impl, inputs, call, x=inputs["x"][:, p])
     tol = impl.tolerance.scaled(2)  # the softmax and weights @ v sum the same terms in another order
     if weights is not None:
         assert_close(moved_weights, weights[:, :, p][..., p], "weights on x[:, p]", tol, call)
@@ -345,7 +342,7 @@ def zero_output_projection(impl, case):
     """With W_o = 0 attention's output is exactly 0, whatever x and the other weights."""
     inputs = _draw_inputs(impl, case, **LONG, large_scores=True)
     call = describe_call("attention", inputs, "with W_o = 0")
-    out, _ = _attend(impl, inputs, call, W_o=np.zeros_like(inputs["W_o"]))
+    out, _ = ATTENTION.called(impl, inputs, call, W_o=np.zeros_like(inputs["W_o"]))
     assert_equal(out, 0.0, "attention output with W_o = 0", call)
 
 
@@ -361,9 +358,9 @@ def linear_in_values(impl, case):
     a, b = (case.draw(sampled_from((-1.0, 1.0)), f"sign of {c}") * case.draw(st.floats(0.5, 2.0), f"|{c}|") for c in "ab")
     call = describe_call("attention", inputs, f"with W_v = a·W_v + b·W_v', a={a!r}, b={b!r}")
     mixed = a * impl.as_seen(inputs["W_v"]) + b * impl.as_seen(other)
-    out, weights = _attend(impl, inputs, call)
-    other_out, _ = _attend(impl, inputs, call, W_v=other)
-    mixed_out, _ = _attend(impl, inputs, call, W_v=mixed)
+    out, weights = ATTENTION.called(impl, inputs, call)
+    other_out, _ = ATTENTION.called(impl, inputs, call, W_v=other)
+    mixed_out, _ = ATTENTION.called(impl, inputs, call, W_v=mixed)
     expected = a * out.astype(np.float64) + b * other_out.astype(np.float64)
     # four roundings on the values' path (the mixed W_v on the way in, x @ W_v, weights @ v, @ W_o) in each of
     # three outputs, each at the scale of its own terms
@@ -388,11 +385,8 @@ def batch_items_independent(impl, case):
         changed[item] /= 2  # exact: keeps the new item's scores within the bound (finite in float16)
     keep = np.arange(B) != item
     call = describe_call("attention", inputs, f"with batch item {item} replaced")
-    out, weights = _attend(impl, inputs, call)
-    new_out, new_weights = _attend(impl, inputs, call, x=changed)
-    assert_equal(new_out[keep], out[keep], f"attention output of the batch items other than {item}", call)
-    if weights is not None:
-        assert_equal(new_weights[keep], weights[keep], f"attention weights of the batch items other than {item}", call)
+    ATTENTION.assert_parts(ATTENTION.called(impl, inputs, call, x=changed), ATTENTION.called(impl, inputs, call),
+                           f"of the batch items other than {item}", call, select=lambda part, value: value[keep])
 
 
 @invariant(
@@ -410,17 +404,17 @@ def multi_head_is_sum_of_heads(impl, case):
     head's 1/√D; its weights must be that head's weights. Holds to rounding.
     """
     inputs = _draw_inputs(impl, case, min_heads=2, **LONG)
-    x, W_q, W_k, W_v, W_o, H, causal = attention_args(inputs)
+    x, W_q, W_k, W_v, W_o, H, causal = ATTENTION.arguments_of(inputs)
     d = x.shape[-1]
     D = d // H
     call = describe_call("attention", inputs, "vs the sum of its heads as one-head calls")
-    out, weights = _attend(impl, inputs, call)
+    out, weights = ATTENTION.called(impl, inputs, call)
     total = np.zeros(out.shape)  # (B, T, d)
     tol = impl.tolerance.scaled(ROUNDINGS["attention"])  # the one-head calls reach the same values by other roundings (W_q·√H, 1/√d)
     for h in range(H):
         keep = (np.arange(d) // D == h).astype(np.float64)  # (d,): head h's features
         head = dict(inputs, W_q=W_q * keep * np.sqrt(H), W_k=W_k * keep, W_v=W_v * keep, W_o=W_o * keep[:, None], n_heads=1)
-        head_out, head_weights = _attend(impl, head, f"{call} (head {h})")
+        head_out, head_weights = ATTENTION.called(impl, head, f"{call} (head {h})")
         total += head_out
         if weights is not None:
             assert_close(weights[:, h], head_weights[:, 0], f"weights of head {h}", tol, call)
@@ -440,9 +434,7 @@ def agrees_with_reference(impl, case):
     """
     inputs = _draw_inputs(impl, case, **LONG)
     call = describe_call("attention", inputs)
-    out, weights = _attend(impl, inputs, call)
-    expected_out, expected_weights = reference_answer(impl, "attention", *attention_args(inputs))
+    expected = reference_answer(impl, "attention", *ATTENTION.arguments_of(inputs))  # (out, weights)
     tol = reference_tolerance(impl, factor=ROUNDINGS["attention"])  # float64 keeps the course's fixed 1e-10
-    if weights is not None:
-        assert_close(weights, expected_weights, "attention weights", tol, call)
-    assert_close(out, expected_out, "attention output", tol.at_scale(_magnitude(impl, inputs, expected_weights)), call)
+    ATTENTION.assert_parts(ATTENTION.called(impl, inputs, call), expected, "", call,
+                           {"weights": tol, "out": tol.at_scale(_magnitude(impl, inputs, expected[1]))})

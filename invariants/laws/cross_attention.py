@@ -17,23 +17,24 @@ from invariants.asserts import assert_close, assert_equal, assert_shape, assert_
 from invariants.conventions import biases_as_declared, d_ff_for, input_as_rounded, layer_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_agrees_with_reference, reference_answer, reference_answers, reference_tolerance
-from invariants.protocol import FUNCTIONS, describe_call
+from invariants.protocol import FUNCTIONS, ROUNDINGS, describe_call
 from invariants.registry import invariant
 from invariants.strategies.core import float_arrays, integers, permutations
-from invariants.strategies.decoder import cross_args, cross_inputs, decoder_block_params
-from invariants.tolerance import ROUNDINGS, layer_norm_condition
+from invariants.strategies.decoder import cross_inputs, decoder_block_params
+from invariants.tolerance import layer_norm_condition
 
 LESSON = 150  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("cross_attention", "decoder_block")  # the protocol functions whose laws it holds
 
 PERTURBATION_SCALES = dict(min_scale=0.25, max_scale=4.0)
 LOW_PRECISION = ("float16", "bfloat16")
+CROSS = FUNCTIONS["cross_attention"]  # called(impl, inputs, call, **changes): out (B, T, d), weights (B, H, T, S) (None: ATTENTION_WEIGHTS = False)
 
 
 @valid_inputs("cross_attention")
 def cross_attention_arguments(impl, case):
     """x (B, T, d) and a memory (B, S, d) of up to 2 positions each, the four (d, d) projections and a head count dividing d."""
-    return cross_args(case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs"))
+    return CROSS.arguments_of(case.draw(cross_inputs(max_seq=2, max_memory=2), "inputs"))
 
 
 @valid_inputs("decoder_block")
@@ -43,12 +44,6 @@ def decoder_block_arguments(impl, case):
     d = inputs["x"].shape[-1]
     params = case.draw(biases_as_declared(impl, decoder_block_params(d, d_ff=d_ff_for(impl, d))), "params")
     return inputs["x"], inputs["memory"], params, inputs["n_heads"]
-
-
-def _cross(impl, inputs, call, **changes):
-    """impl.cross_attention on inputs with `changes`: out (B, T, d) and weights (B, H, T, S) (None with ATTENTION_WEIGHTS = False)."""
-    __tracebackhide__ = True
-    return FUNCTIONS["cross_attention"].checked(impl, cross_args({**inputs, **changes}), call)
 
 
 def _magnitude(impl, inputs):
@@ -78,8 +73,8 @@ def _must_change(impl, inputs, memory):
     inputs["memory"]: there a correct output, within that tolerance on both sides, must move too. Elsewhere the change
     can round away (a weight of e^-20 times a shift of 1 is below float32's resolution of an output of size 1)."""
     tol = _output_tolerance(impl, inputs)
-    before = reference_answer(impl, "cross_attention", *cross_args(inputs))[0]
-    after = reference_answer(impl, "cross_attention", *cross_args({**inputs, "memory": memory}))[0]
+    before = reference_answer(impl, "cross_attention", *CROSS.arguments_of(inputs))[0]
+    after = reference_answer(impl, "cross_attention", *CROSS.arguments_of({**inputs, "memory": memory}))[0]
     return _moves_beyond(before, after, tol)
 
 
@@ -112,8 +107,8 @@ def sees_every_memory_position(impl, case):
     memory = inputs["memory"].copy()
     memory[:, j] += _shift(case, (B, d))
     call = describe_call("cross_attention", inputs, f"with memory[:, {j}] shifted")
-    out, weights = _cross(impl, inputs, call)
-    new_out, _ = _cross(impl, inputs, call, memory=memory)
+    out, weights = CROSS.called(impl, inputs, call)
+    new_out, _ = CROSS.called(impl, inputs, call, memory=memory)
     if weights is not None:
         assert_where(weights > 0, weights, "cross-attention weights", "> 0 at every encoder position (no mask)", call)
     assert_where(_changed_somewhere(new_out, out) | ~_must_change(impl, inputs, memory), new_out[..., 0],
@@ -133,8 +128,8 @@ def memory_permutation_invariance(impl, case):
     S = inputs["memory"].shape[1]
     p = np.array(case.draw(permutations(range(S)), "permutation p of the encoder positions"))
     call = describe_call("cross_attention", inputs, "vs the same on memory[:, p]")
-    out, weights = _cross(impl, inputs, call)
-    moved_out, moved_weights = _cross(impl, inputs, call, memory=inputs["memory"][:, p])
+    out, weights = CROSS.called(impl, inputs, call)
+    moved_out, moved_weights = CROSS.called(impl, inputs, call, memory=inputs["memory"][:, p])
     tol = impl.tolerance.scaled(2)  # the same terms summed in another order
     if weights is not None:
         assert_close(moved_weights, weights[..., p], "weights on memory[:, p]", tol, call)
@@ -150,11 +145,8 @@ def cross_agrees_with_reference(impl, case):
     """cross_attention's output and weights agree with the float64 reference (1e-10 in float64, the dtype tolerance otherwise)."""
     inputs = case.draw(cross_inputs(), "inputs")
     call = describe_call("cross_attention", inputs)
-    out, weights = _cross(impl, inputs, call)
-    expected_out, expected_weights = reference_answer(impl, "cross_attention", *cross_args(inputs))
-    if weights is not None:
-        assert_close(weights, expected_weights, "cross_attention weights", reference_tolerance(impl, factor=ROUNDINGS["cross_attention"]), call)
-    assert_close(out, expected_out, "cross_attention output", _output_tolerance(impl, inputs), call)
+    CROSS.assert_parts(CROSS.called(impl, inputs, call), reference_answer(impl, "cross_attention", *CROSS.arguments_of(inputs)), "", call,
+                       {"weights": reference_tolerance(impl, factor=ROUNDINGS["cross_attention"]), "out": _output_tolerance(impl, inputs)})
 
 
 # -- the decoder block --------------------------------------------------------------------------------------------

@@ -80,43 +80,7 @@ def assert_keeps_dtype(impl, name, args):
                          "wider than the input dtype bfloat16)", call)
 
 
-# Where a dtype leaks in each function, where it has a typical place: the start of its invariant's hint (the common causes follow).
-LEAKS = {
-    "softmax": "softmax's answer is not in x's dtype: the sum or the max is taken in float64 (dtype=np.float64), "
-               "or the exponentials are written into a new buffer in the default dtype",
-    "layer_norm": "eps or the width d enters layer_norm as a numpy float64 scalar (eps = np.float64(eps), "
-                  "x.sum(-1) / np.float64(d), var + np.array(eps))",
-    "rms_norm": "eps or 1/√d enters rms_norm as a numpy float64 scalar (np.float64(eps), x / np.sqrt(d), np.mean(x**2, dtype=np.float64))",
-    "gelu": "GELU's constant √(2/π) is np.sqrt(2 / np.pi), a numpy float64 scalar (math.sqrt(2 / math.pi) is a Python float), "
-            "or the erf form goes through math.erf / scipy in float64",
-    "cross_entropy": "the loss comes back as a Python float (loss.item(), float(loss)), or it is averaged in float64 "
-                     "(np.mean(..., dtype=np.float64), a sum divided by np.float64(N))",
-    "attention": "the scores are scaled by 1 / np.sqrt(D), a numpy float64 scalar (math.sqrt(D) or D ** -0.5 keep the dtype), "
-                 "or the causal mask is a float array of 0 and -inf made in float64 or torch's default dtype and added to the scores",
-    "feed_forward": "GELU's √(2/π) is np.sqrt(2 / np.pi) (a numpy float64 scalar), or the hidden layer is written into a buffer "
-                    "in the default dtype",
-    "transformer_block": "a part of the block promotes (layer_norm's eps, attention's 1 / np.sqrt(D), GELU's np.sqrt(2 / np.pi)), "
-                         "or the residual stream is accumulated in a new buffer of the default dtype",
-    "gpt_logits": "the embeddings are gathered into a new buffer of the default dtype (np.zeros((B, T, d)), torch.zeros(B, T, d)), "
-                  "or a part promotes (layer_norm's eps, attention's 1 / np.sqrt(D), GELU's np.sqrt(2 / np.pi))",
-    "top_k_gates": "the gates are scattered into np.zeros(shape) / torch.zeros(N, E) in the default dtype instead of "
-                   "zeros_like(router_logits), or the kept scores' softmax is taken in float64",
-    "moe": "the output buffer is np.zeros((N, d)) / torch.zeros(N, d) in the default dtype instead of zeros_like(x), "
-           "or the gates or the router scores are taken in float64",
-    "load_balancing_loss": "the routing shares f are float64 (np.bincount(...) / (N * k) is float64 whatever the logits: cast it to "
-                           "router_logits.dtype), or the loss comes back as a Python float (.item())",
-    "rope": "rope's answer is not in x's dtype: cos and sin left in float32 or float64 (round them to x's dtype)",
-    "gqa_attention": "gqa_attention's out or weights are not in q's dtype: a mask or a softmax in float32 kept",
-    "swiglu": "swiglu's answer is not in x's dtype: SiLU computed in float32 or float64 and kept",
-    "llama_block": "llama_block's answer is not in x's dtype: an RMSNorm upcast to float32 not cast back",
-    "llama_logits": "llama_logits' answer is not in the params' dtype: the final norm or the head upcast",
-    "llama_decode": "llama_decode's logits are not in the params' dtype: the cache or the head upcast",
-    "cross_attention": "cross_attention's out or weights are not in x's dtype",
-    "decoder_block": "decoder_block's answer is not in x's dtype",
-}
-
-
 KEEPS_DTYPE = per_entry(
     __name__, "keeps_dtype", assert_keeps_dtype,
     statement=lambda entry: f"{entry.signature} returns {parts_named(entry, entry.floating)} in the dtype its floating inputs came in.",
-    hint=lambda entry: _hint(LEAKS.get(entry.name, f"{entry.name}'s answer is not in its inputs' dtype")))
+    hint=lambda entry: _hint(entry.leaks or f"{entry.name}'s answer is not in its inputs' dtype"))  # the entry's typical leak first

@@ -23,14 +23,15 @@ from invariants.asserts import assert_close
 from invariants.conventions import NO_DECODER_MODE, causal_modes, declared, declared_skip, first_reason
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import reference_tolerance
-from invariants.protocol import FUNCTIONS, describe_call
+from invariants.protocol import FUNCTIONS, ROUNDINGS, describe_call
 from invariants.registry import invariant
 from invariants.strategies.core import integers
-from invariants.strategies.decoder import gqa_args, gqa_inputs, gqa_shapes
-from invariants.tolerance import ROUNDINGS
+from invariants.strategies.decoder import gqa_inputs, gqa_shapes
 
 LESSON = 100  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("gqa_attention",)  # the protocol functions whose laws it holds
+
+GQA = FUNCTIONS["gqa_attention"]  # called(impl, inputs, call, **changes): out (B, H, T, D) and weights (B, H, T, S) (None: ATTENTION_WEIGHTS = False)
 
 
 @cache
@@ -57,16 +58,7 @@ def draw_gqa_inputs(impl, case, *, shape=None, **options):
 @valid_inputs("gqa_attention")
 def gqa_attention_arguments(impl, case):
     """Queries and fewer (or as many) key-value heads dividing their count, with the causal flag, window and key mask as declared."""
-    return gqa_args(draw_gqa_inputs(impl, case))
-
-
-def attend(impl, inputs, call, **changes):
-    """impl.gqa_attention on inputs with `changes` swapped in: out (B, H, T, D) and weights (B, H, T, S), shapes checked.
-
-    weights is None where impl declares ATTENTION_WEIGHTS = False (it answers out alone).
-    """
-    __tracebackhide__ = True
-    return FUNCTIONS["gqa_attention"].checked(impl, gqa_args({**inputs, **changes}), call)
+    return GQA.arguments_of(draw_gqa_inputs(impl, case))
 
 
 def visible(inputs, **changes):
@@ -93,7 +85,7 @@ def reference_gqa(impl, inputs, **changes):
     """The float64 reference's (out, weights) on the values impl receives, with impl's fully-masked-row convention ('any': zeros)."""
     convention = fully_masked_convention(impl)
     args = impl.as_seen({**inputs, **changes})
-    return ref.gqa_attention(*gqa_args(args), fully_masked="uniform" if convention == "uniform" else "zeros")
+    return ref.gqa_attention(*GQA.arguments_of(args), fully_masked="uniform" if convention == "uniform" else "zeros")
 
 
 def value_scale(impl, inputs):
@@ -124,13 +116,10 @@ def repeated_kv_heads(impl, case):
     inputs = draw_gqa_inputs(impl, case, shape=dict(min_kv_heads=2, min_group=2))
     group = inputs["q"].shape[1] // inputs["k"].shape[1]
     call = describe_call("gqa_attention", inputs, f"vs the same with k and v repeat-interleaved {group}× (H_kv = H)")
-    out, weights = attend(impl, inputs, call)
     repeated = {name: np.repeat(inputs[name], group, axis=1) for name in ("k", "v")}  # (B, H, S, D)
-    rep_out, rep_weights = attend(impl, inputs, call, **repeated)
     tol = impl.tolerance.scaled(2)  # two calls of the same maths, perhaps through two kernels
-    if weights is not None:
-        assert_close(weights, rep_weights, "weights with the kv heads shared", tol, call)
-    assert_close(out, rep_out, "output with the kv heads shared", tol.at_scale(value_scale(impl, inputs)), call)
+    GQA.assert_parts(GQA.called(impl, inputs, call), GQA.called(impl, inputs, call, **repeated), "with the kv heads shared", call,
+                     {"weights": tol, "out": tol.at_scale(value_scale(impl, inputs))})
 
 
 @invariant(
@@ -145,11 +134,11 @@ def head_groups(impl, case):
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     H, H_kv = q.shape[1], k.shape[1]
     call = describe_call("gqa_attention", inputs, "vs one call per query head on its kv head")
-    out, weights = attend(impl, inputs, call)
+    out, weights = GQA.called(impl, inputs, call)
     tol = impl.tolerance.scaled(2)
     for h in range(H):
         g = h // (H // H_kv)
-        head_out, head_weights = attend(impl, inputs, f"{call} (head {h}, kv head {g})", q=q[:, h : h + 1], k=k[:, g : g + 1], v=v[:, g : g + 1])
+        head_out, head_weights = GQA.called(impl, inputs, f"{call} (head {h}, kv head {g})", q=q[:, h : h + 1], k=k[:, g : g + 1], v=v[:, g : g + 1])
         if weights is not None:
             assert_close(weights[:, h], head_weights[:, 0], f"weights of query head {h} (kv head {g})", tol, call)
         assert_close(out[:, h], head_out[:, 0], f"output of query head {h} (kv head {g})", tol.at_scale(value_scale(impl, inputs)), call)
@@ -169,15 +158,11 @@ def queries_shorter_than_keys(impl, case):
     T = inputs["q"].shape[2]
     t = case.draw(integers(1, T - 1), "t (queries kept)")
     call = describe_call("gqa_attention", inputs, f"vs the same with only the last {t} queries, q[:, :, {T - t}:]")
-    out, weights = attend(impl, inputs, call)
-    last_out, last_weights = attend(impl, inputs, call, q=inputs["q"][:, :, T - t :])
     tol = impl.tolerance.scaled(2)
-    rows = compared_rows(impl, inputs)[:, :, T - t :]
-    if weights is not None:
-        assert_close(np.where(rows[..., None], last_weights, 0.0), np.where(rows[..., None], weights[:, :, T - t :], 0.0),
-                     f"weights of the last {t} queries alone", tol, call)
-    assert_close(np.where(rows[..., None], last_out, 0.0), np.where(rows[..., None], out[:, :, T - t :], 0.0),
-                 f"output of the last {t} queries alone", tol.at_scale(value_scale(impl, inputs)), call)
+    rows = compared_rows(impl, inputs)[:, :, T - t :, None]  # (B, H, t, 1)
+    GQA.assert_parts(GQA.called(impl, inputs, call, q=inputs["q"][:, :, T - t :]), GQA.called(impl, inputs, call),
+                     f"of the last {t} queries alone", call, {"weights": tol, "out": tol.at_scale(value_scale(impl, inputs))},
+                     select=lambda part, value: np.where(rows, value[:, :, -t:], 0.0))  # the last t queries of either call
 
 
 @invariant(
@@ -190,11 +175,7 @@ def agrees_with_reference(impl, case):
     masks and cache included."""
     inputs = draw_gqa_inputs(impl, case)
     call = describe_call("gqa_attention", inputs)
-    out, weights = attend(impl, inputs, call)
-    expected_out, expected_weights = reference_gqa(impl, inputs)
-    rows = compared_rows(impl, inputs)
+    rows = compared_rows(impl, inputs)[..., None]  # (B, H, T, 1)
     tol = reference_tolerance(impl, factor=ROUNDINGS["gqa_attention"])
-    if weights is not None:
-        assert_close(np.where(rows[..., None], weights, 0.0), np.where(rows[..., None], expected_weights, 0.0), "gqa_attention weights", tol, call)
-    assert_close(np.where(rows[..., None], out, 0.0), np.where(rows[..., None], expected_out, 0.0), "gqa_attention output",
-                 tol.at_scale(value_scale(impl, inputs)), call)
+    GQA.assert_parts(GQA.called(impl, inputs, call), reference_gqa(impl, inputs), "", call,
+                     {"weights": tol, "out": tol.at_scale(value_scale(impl, inputs))}, select=lambda part, value: np.where(rows, value, 0.0))

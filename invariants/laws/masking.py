@@ -18,7 +18,7 @@ import numpy as np
 
 from invariants.asserts import assert_close, assert_equal, assert_finite, assert_where
 from invariants.conventions import NO_DECODER_MODE, declared_skip, first_reason
-from invariants.laws.gqa import attend, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
+from invariants.laws.gqa import GQA, draw_gqa_inputs, fully_masked_convention, sees_a_key, value_scale, visible
 from invariants.protocol import describe_call
 from invariants.registry import invariant
 from invariants.strategies.core import float_arrays, integers
@@ -45,10 +45,18 @@ def window_key_count(impl, case):
     """With a sliding window w, the query at position p has exactly min(p + 1, w) non-zero weights, on the keys p - w < j <= p."""
     inputs = draw_gqa_inputs(impl, case, causal=True, windowed=True, masked=False)
     call = describe_call("gqa_attention", inputs)
-    _, weights = attend(impl, inputs, call)
+    _, weights = GQA.called(impl, inputs, call)
     expected = np.broadcast_to(visible(inputs), weights.shape)  # (B, H, T, S)
+    wrong = ((weights != 0) != expected).any(axis=-1)  # (B, H, T)
+    first = tuple(np.argwhere(wrong)[0]) if wrong.any() else None
+    S = weights.shape[-1]
+    position = None if first is None else S - weights.shape[-2] + int(first[-1])  # the query's own position among the keys
+    seen = {} if first is None else {"keys_seen": int((weights[first] != 0).sum()), "keys_expected": int(expected[first].sum()),
+                                     "keys_after": int((weights[first][position + 1:] != 0).sum()),  # keys after its own position it saw
+                                     "window_keys_hidden": int((expected[first] & (weights[first] == 0)).sum()),  # keys it should see, at 0
+                                     "window": int(inputs["window"]), "query": position}
     assert_where((weights != 0) == expected, weights, "attention weights", f"non-zero exactly on the {inputs['window']} most recent keys "
-                 "up to the query's own position (min(p + 1, w) of them)", call)
+                 "up to the query's own position (min(p + 1, w) of them)", call, **seen)
 
 
 @invariant(
@@ -72,12 +80,9 @@ def window_outside_keys_ignored(impl, case):
     new_v[:, :, :j0] = case.draw(float_arrays((B, H_kv, j0, D), **PERTURBATION_SCALES), "new values 0 .. j0 - 1")
     kept = np.arange(S - T, S) >= j0 + window - 1  # (T,): queries whose window starts at or after j0
     call = describe_call("gqa_attention", inputs, f"with keys and values 0..{j0 - 1} replaced")
-    out, weights = attend(impl, inputs, call)
-    new_out, new_weights = attend(impl, inputs, call, k=new_k, v=new_v)
     first = int(np.argmax(kept))
-    assert_equal(new_out[:, :, kept], out[:, :, kept], f"output of queries {first}..{T - 1}, whose windows exclude keys < {j0}", call)
-    if weights is not None:
-        assert_equal(new_weights[:, :, kept], weights[:, :, kept], f"weights of queries {first}..{T - 1}", call)
+    GQA.assert_parts(GQA.called(impl, inputs, call, k=new_k, v=new_v), GQA.called(impl, inputs, call),
+                     f"of queries {first}..{T - 1}, whose windows exclude keys < {j0}", call, select=lambda part, value: value[:, :, kept])
 
 
 @invariant(
@@ -92,12 +97,9 @@ def window_covering_all_keys_is_causal(impl, case):
     S = inputs["k"].shape[2]
     window = case.draw(integers(S, S + 3), "window w >= S")
     call = describe_call("gqa_attention", {**inputs, "window": window}, "vs window=None")
-    out, weights = attend(impl, {**inputs, "window": window}, call)
-    plain_out, plain_weights = attend(impl, inputs, call)
     tol = impl.tolerance.scaled(2)  # a kernel for window=None may round differently
-    if weights is not None:
-        assert_close(weights, plain_weights, f"weights with window {window}", tol, call)
-    assert_close(out, plain_out, f"output with window {window}", tol.at_scale(value_scale(impl, inputs)), call)
+    GQA.assert_parts(GQA.called(impl, {**inputs, "window": window}, call), GQA.called(impl, inputs, call), f"with window {window}", call,
+                     {"weights": tol, "out": tol.at_scale(value_scale(impl, inputs))})
 
 
 @invariant(
@@ -117,8 +119,8 @@ def padding_hidden_keys_ignored(impl, case):
     new_k = np.where(where, case.draw(float_arrays((B, H_kv, S, D), **PERTURBATION_SCALES), "new keys (used where hidden)"), inputs["k"])
     new_v = np.where(where, case.draw(float_arrays((B, H_kv, S, D), **PERTURBATION_SCALES), "new values (used where hidden)"), inputs["v"])
     call = describe_call("gqa_attention", inputs, "with the hidden keys and values replaced")
-    out, weights = attend(impl, inputs, call)
-    new_out, new_weights = attend(impl, inputs, call, k=new_k, v=new_v)
+    out, weights = GQA.called(impl, inputs, call)
+    new_out, new_weights = GQA.called(impl, inputs, call, k=new_k, v=new_v)
     rows = np.broadcast_to(sees_a_key(inputs), out.shape[:3])  # (B, H, T)
     assert_equal(new_out[rows], out[rows], "output of the queries that see a key", call)
     if weights is not None:
@@ -160,7 +162,7 @@ def fully_masked_rows(impl, case):
     declared FULLY_MASKED_ROWS ('uniform': 1/S on every key; 'any': finite)."""
     inputs = draw_gqa_inputs(impl, case, masked=True, patterns=("one item fully padded", "left padding"))
     call = describe_call("gqa_attention", inputs)
-    out, weights = attend(impl, inputs, call)
+    out, weights = GQA.called(impl, inputs, call)
     assert_finite(out, "gqa_attention output", call)
     if weights is not None:
         assert_finite(weights, "gqa_attention weights", call)
@@ -180,7 +182,7 @@ def masks_compose_in_low_precision(impl, case):
     get exactly 0 and each row that sees a key sums to 1, in every dtype (float16 and bfloat16 included)."""
     inputs = draw_gqa_inputs(impl, case, causal=True, masked=True, min_scale=3.0, max_scale=6.0)
     call = describe_call("gqa_attention", inputs, "(scores of size up to ~100)")
-    out, weights = attend(impl, inputs, call)
+    out, weights = GQA.called(impl, inputs, call)
     assert_finite(out, "gqa_attention output", call)
     _check_fully_masked_rows(impl, inputs, out, weights, call)
     if weights is None:

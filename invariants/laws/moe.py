@@ -19,7 +19,15 @@ from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_agrees_with_reference, assert_close_to_a_gelu_form, reference_answer, reference_answers
 from invariants.registry import invariant
 from invariants.strategies.core import integers, permutations
-from invariants.strategies.moe import LOGIT_STEP, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
+from invariants.strategies.moe import (
+    LOGIT_STEP,
+    masked_router_logits,
+    moe_params,
+    moe_shapes,
+    moe_tokens,
+    router_logits,
+    uniform_mean_router_logits,
+)
 from invariants.tolerance import agreement_tolerance
 
 LESSON = 80  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
@@ -213,6 +221,32 @@ def top_k_gates_agrees_with_reference(impl, case):
     logits, k = _routing(case, ties=_follows_tie_rule(impl))  # with TOP_K_TIES = "any", tie-free logits only
     got = impl.top_k_gates(logits, k)
     assert_agrees_with_reference(impl, "top_k_gates", (logits, k), got, "top_k_gates(router_logits, k)", call=f"top_k_gates(router_logits, k={k})")
+
+
+def _masked_routing(case):
+    """A shape with k >= 2 and router logits with experts masked to -inf, some tokens keeping fewer than k finite scores."""
+    shape = case.draw(moe_shapes(min_k=2), "shape")
+    return case.draw(masked_router_logits(shape.tokens, shape.experts, shape.k), "router_logits (-inf: masked experts)"), shape.k
+
+
+@invariant(
+    requires=("top_k_gates",),
+    hint="a token with fewer than k finite router scores gets a finite expert twice: an iterative top-k that excludes the chosen "
+    "expert by setting its score to -inf picks one again once only -inf is left (vllm-project/vllm-omni#7175), or a masked "
+    "expert gets a gate",
+)
+def top_k_gates_masked_experts(impl, case):
+    """With experts masked to -inf, a token's gates are the softmax over its k largest finite scores, or over all m of them where
+    m < k, and 0 at every masked expert: a top-k returns k distinct experts (torch.topk fills the rest with -inf scores, which the
+    softmax weights 0; both references' stable sort too), so no expert is counted twice. Tie-free scores, m >= 1 (a token with no
+    finite score has no gates: a softmax of all -inf is NaN)."""
+    logits, k = _masked_routing(case)
+    call = f"top_k_gates(router_logits, k={k}) with {int(np.isinf(logits).sum())} experts masked to -inf"
+    g = _gates(impl, logits, k, call)
+    finite = np.isfinite(logits)  # (N, E)
+    assert_equal(np.where(finite, 0.0, g), np.zeros_like(g), "gates of the masked (-inf) experts", call)
+    expected = ref.top_k_gates(impl.as_seen(logits), k)  # (N, E): a unique top-k among the finite scores, 0 at -inf
+    assert_close(g, expected, "top_k_gates(router_logits, k) (softmax over the min(k, m) largest finite scores)", impl.tolerance, call)
 
 
 # ---------------------------------------------------------------------------

@@ -31,15 +31,16 @@ from invariants.conventions import declared, declared_skip, rms_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import reference_tolerance
 from invariants.laws.rope import angle_error, assert_close_to_a_pairing, rope_pairings
-from invariants.protocol import FUNCTIONS, describe_call
+from invariants.protocol import FUNCTIONS, ROUNDINGS, describe_call
 from invariants.registry import invariant
 from invariants.strategies.core import float_arrays, integers, sampled_from
-from invariants.strategies.decoder import qk_norm_args, qk_norm_inputs
-from invariants.tolerance import ROUNDINGS, Tolerance
+from invariants.strategies.decoder import qk_norm_inputs
+from invariants.tolerance import Tolerance
 
 LESSON = 145  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("qk_norm_attention",)  # the protocol functions whose laws it holds
 
+QK_NORM = FUNCTIONS["qk_norm_attention"]  # called(impl, inputs, call, **changes): out (B, T, d), weights (B, H, T, T) or None
 ROUNDING = ROUNDINGS["qk_norm_attention"]
 POWERS_OF_TWO = (0.25, 0.5, 2.0, 4.0)  # scale factors exact in every dtype
 HEAD_SCALES = (2.0, 1.0, 4.0, 0.5, 0.25)  # per-head factors: every head scaled by 2 first, different factors as it searches
@@ -57,13 +58,7 @@ def draw_qk_norm_inputs(impl, case, label="inputs", **options):
 @valid_inputs("qk_norm_attention")
 def qk_norm_attention_arguments(impl, case):
     """The arguments of one qk_norm_attention call, in protocol order (short sequences: the laws over every entry)."""
-    return qk_norm_args(draw_qk_norm_inputs(impl, case, max_seq=3))
-
-
-def attend(impl, inputs, call, **changes):
-    """impl.qk_norm_attention on inputs with `changes` swapped in: out (B, T, d) and weights (B, H, T, T) (None under ATTENTION_WEIGHTS = False)."""
-    __tracebackhide__ = True
-    return FUNCTIONS["qk_norm_attention"].checked(impl, qk_norm_args({**inputs, **changes}), call)
+    return QK_NORM.arguments_of(draw_qk_norm_inputs(impl, case, max_seq=3))
 
 
 def with_params(inputs, **params):
@@ -101,17 +96,14 @@ def with_angle_slack(impl, inputs, tol, *, max_position=None):
 
 def reference_answers(impl, inputs):
     """{pairing: the float64 reference's (out, weights)} for each pairing impl may follow, at its RMSNorm eps."""
-    seen = impl.as_seen(qk_norm_args(inputs))
+    seen = impl.as_seen(QK_NORM.arguments_of(inputs))
     return {p: ref.qk_norm_attention(*seen, pairing=p, eps=rms_norm_eps(impl)) for p in rope_pairings(impl)}
 
 
 def _compare(impl, inputs, got, expected, tol, what, call):
     """out (and weights, where impl returns them) within tol (the output's at output_scale)."""
     __tracebackhide__ = True
-    out, weights = got
-    if weights is not None:
-        assert_close(weights, expected[1], f"{what} weights", tol.at_scale(1.0), call)
-    assert_close(out, expected[0], f"{what} output", tol.at_scale(output_scale(impl, inputs)), call)
+    QK_NORM.assert_parts(got, expected, what, call, {"weights": tol.at_scale(1.0), "out": tol.at_scale(output_scale(impl, inputs))})
 
 
 @invariant(
@@ -127,11 +119,8 @@ def causal_non_leakage(impl, case):
     changed = inputs["x"].copy()
     changed[:, j:] = case.draw(float_arrays((B, T - j, d), min_scale=0.25, max_scale=4.0), "new x[:, j:]")
     call = describe_call("qk_norm_attention", inputs, f"with x[:, {j}:] changed")
-    out, weights = attend(impl, inputs, call)
-    new_out, new_weights = attend(impl, inputs, call, x=changed)
-    if weights is not None:
-        assert_equal(new_weights[:, :, :j], weights[:, :, :j], f"weights of the queries at positions < {j}", call)
-    assert_equal(new_out[:, :j], out[:, :j], f"output at positions < {j}", call)
+    QK_NORM.assert_parts(QK_NORM.called(impl, inputs, call, x=changed), QK_NORM.called(impl, inputs, call),
+                         f"of the queries at positions < {j}", call, select=lambda part, value: value[..., :j, :])  # (B, T, d), (B, H, T, T)
 
 
 @invariant(
@@ -145,10 +134,10 @@ def relative_positions(impl, case):
     inputs = draw_qk_norm_inputs(impl, case, min_seq=2)
     shift = case.draw(integers(1, 64), "shift s")
     call = describe_call("qk_norm_attention", inputs, f"vs the same at positions + {shift}")
-    got = attend(impl, inputs, call, positions=inputs["positions"] + shift)
-    base = attend(impl, inputs, call)
+    got = QK_NORM.called(impl, inputs, call, positions=inputs["positions"] + shift)
+    base = QK_NORM.called(impl, inputs, call)
     tol = with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING), max_position=int(inputs["positions"].max()) + shift)
-    _compare(impl, inputs, got, base, tol, f"with positions shifted by {shift}:", call)
+    _compare(impl, inputs, got, base, tol, f"with positions shifted by {shift}", call)
 
 
 @invariant(
@@ -164,9 +153,9 @@ def repeated_kv_heads(impl, case):
     group = H // H_kv
     call = describe_call("qk_norm_attention", inputs, f"vs the same with W_k's and W_v's kv heads repeat-interleaved {group}× (n_kv_heads = {H})")
     repeated = {name: np.repeat(heads_of(inputs["params"][name], D), group, axis=1).reshape(-1, H * D) for name in ("W_k", "W_v")}
-    got = attend(impl, with_params(inputs, **repeated), call, n_kv_heads=H)
-    base = attend(impl, inputs, call)
-    _compare(impl, inputs, got, base, with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING)), "with the kv heads repeated:", call)
+    got = QK_NORM.called(impl, with_params(inputs, **repeated), call, n_kv_heads=H)
+    base = QK_NORM.called(impl, inputs, call)
+    _compare(impl, inputs, got, base, with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING)), "with the kv heads repeated", call)
 
 
 def largest_value(impl):
@@ -204,14 +193,14 @@ def head_rescaling_invariant(impl, case):
     scaled = with_params(inputs, W_q=(heads_of(inputs["params"]["W_q"], D) * q_scales[:, None]).reshape(-1, H * D),
                          W_k=(heads_of(inputs["params"]["W_k"], D) * k_scales[:, None]).reshape(-1, H_kv * D))
     call = describe_call("qk_norm_attention", inputs, f"vs the same with W_q's heads times {q_scales.tolist()} and W_k's times {k_scales.tolist()}")
-    got = attend(impl, scaled, call)
-    base = attend(impl, inputs, call)
+    got = QK_NORM.called(impl, scaled, call)
+    base = QK_NORM.called(impl, inputs, call)
     pairing = rope_pairings(impl)[0]
     eps_effect = max(np.abs(a - b).max(initial=0.0) for a, b in zip(reference_answers(impl, scaled)[pairing],
                                                                    reference_answers(impl, inputs)[pairing], strict=True))
     tol = with_angle_slack(impl, inputs, impl.tolerance.scaled(ROUNDING))
     tol = Tolerance(tol.rtol, tol.atol + eps_effect, tol.dtype)
-    _compare(impl, inputs, got, base, tol, "with the heads rescaled:", call)
+    _compare(impl, inputs, got, base, tol, "with the heads rescaled", call)
 
 
 @invariant(
@@ -224,8 +213,8 @@ def linear_in_values(impl, case):
     inputs = draw_qk_norm_inputs(impl, case)
     c = case.draw(sampled_from(POWERS_OF_TWO), "c")
     call = describe_call("qk_norm_attention", inputs, f"vs the same with W_v times {c}")
-    out, weights = attend(impl, with_params(inputs, W_v=inputs["params"]["W_v"] * c), call)
-    base_out, base_weights = attend(impl, inputs, call)
+    out, weights = QK_NORM.called(impl, with_params(inputs, W_v=inputs["params"]["W_v"] * c), call)
+    base_out, base_weights = QK_NORM.called(impl, inputs, call)
     if weights is not None:
         assert_equal(weights, base_weights, f"weights with W_v times {c}", call)
     # A power of two scales every rounding of the values' path exactly, except where a value falls below the normal range:
@@ -236,16 +225,17 @@ def linear_in_values(impl, case):
 
 @invariant(
     requires=("qk_norm_attention",),
-    hint="the norm is not per head over D with the right gains: q_norm and k_norm swapped or one used for both, the norm over the "
-    "whole projection (OLMo 2's variant) or over d_model, eps outside the square root, the norm after RoPE, the values normalised "
-    "too, or a scale other than 1/√D",
+    hint="the norm is not per head over D with its gains (q_norm and k_norm swapped, over the whole projection or d_model, eps "
+    "outside the root, after RoPE), the values normalised too, a scale other than 1/√D, the positions argument ignored (RoPE "
+    "at 0..T-1), or a 16-bit projection squared without an upcast to float32 (past 256, x² is inf in float16)",
 )
 def agrees_with_reference(impl, case):
     """qk_norm_attention's output and weights agree with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype
-    tolerance otherwise)."""
-    inputs = draw_qk_norm_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=4.0)
+    tolerance otherwise), with W_q and W_k scaled by 2^-2 to 2^10: projections in the thousands, whose squares overflow float16,
+    so the per-head norm squares in float32 (as rms_norm_large_rows demands of rms_norm)."""
+    inputs = draw_qk_norm_inputs(impl, case, min_qk_scale=0.25, max_qk_scale=2.0**10)
     call = describe_call("qk_norm_attention", inputs)
-    out, weights = attend(impl, inputs, call)
+    out, weights = QK_NORM.called(impl, inputs, call)
     answers = reference_answers(impl, inputs)
     tol = with_angle_slack(impl, inputs, reference_tolerance(impl, factor=ROUNDING))
     if weights is not None:
@@ -261,13 +251,14 @@ def agrees_with_reference(impl, case):
     applies=_NO_WEIGHTS,
 )
 def weights_bounded_below(impl, case):
-    """With W_q and W_k scaled by up to 2^10 (float16: 2^3, whose projections' squares must not overflow), a query that sees n keys
-    still gives each at least 1/(1 + (n - 1)·e^(2L)), L = √D·max|q_norm|·max|k_norm| the bound on every score (to rounding), and
-    the keys it does not see exactly 0."""
-    scale = min(2.0**10, 2.0 ** np.floor(np.log2(np.sqrt(largest_value(impl)) / 32.0)))  # float16: √65,504 / 32 -> 2^3
-    inputs = draw_qk_norm_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=float(scale))
+    """With W_q and W_k scaled by up to 2^10 in every dtype, a query that sees n keys still gives each at least 1/(1 + (n - 1)·e^(2L)),
+    L = √D·max|q_norm|·max|k_norm| the bound on every score (to rounding), and the keys it does not see exactly 0.
+
+    The projections then reach thousands, representable in float16 while their squares are not: the per-head norm squares in
+    float32, as rms_norm_large_rows demands of rms_norm (the protocol's norms are float32 norms in every dtype)."""
+    inputs = draw_qk_norm_inputs(impl, case, min_seq=2, min_qk_scale=1.0, max_qk_scale=2.0**10)
     call = describe_call("qk_norm_attention", inputs, f"with W_q and W_k of scale {inputs['params']['W_q'].std():.3g}")
-    _, weights = attend(impl, inputs, call)
+    _, weights = QK_NORM.called(impl, inputs, call)
     T = inputs["x"].shape[1]
     seen = np.tril(np.ones((T, T), dtype=bool))  # (T, T): query i sees keys 0..i
     n = seen.sum(axis=-1)[:, None]  # (T, 1)

@@ -23,11 +23,11 @@ import invariants.reference.numpy as ref
 from invariants.asserts import as_array, assert_close, assert_equal, assert_shape
 from invariants.conventions import declared, input_as_rounded, rounding_dtype
 from invariants.inputs import valid_inputs
-from invariants.protocol import describe_call
+from invariants.protocol import ROUNDINGS, describe_call
 from invariants.registry import invariant
 from invariants.strategies.core import float_arrays, integers
 from invariants.strategies.decoder import rope_inputs
-from invariants.tolerance import ROUNDINGS, Tolerance, agreement_tolerance, tolerance_for
+from invariants.tolerance import Tolerance, agreement_tolerance, tolerance_for
 
 LESSON = 90  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("rope",)  # the protocol functions whose laws it holds

@@ -14,11 +14,10 @@ import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import reference_answer, reference_tolerance
-from invariants.protocol import describe_call
+from invariants.protocol import ROUNDINGS, describe_call
 from invariants.registry import invariant
 from invariants.strategies.core import sampled_from
 from invariants.strategies.decoder import swiglu_inputs
-from invariants.tolerance import ROUNDINGS
 
 LESSON = 120  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
 HOLDS = ("swiglu",)  # the protocol functions whose laws it holds

@@ -544,3 +544,35 @@ def qk_norm_values_normalised(x, params, n_heads, n_kv_heads, positions, rope_ba
     k = _heads(x, p["W_k"], n_kv_heads, positions, rope_base, pairing, p["k_norm"], eps)
     v = rms_norm(split_heads(x @ p["W_v"], n_kv_heads), p["k_norm"], eps)  # BUG: the values are not normalised
     return _qk_norm_attention(q, k, v, p["W_o"])
+
+
+# -- where the last survivors lived: positions ignored, the norm in 16 bits --------------------------------------------
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.agrees_with_reference",
+        bug="the positions argument ignored: RoPE at 0..T-1 whatever positions says, wrong for packed sequences, left padding and "
+        "Megatron's --reset-position-ids (NVIDIA/Megatron-LM#453: RoPE ignores position IDs)")
+def qk_norm_positions_ignored(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    p = params
+    counted = np.arange(x.shape[1])  # BUG: 0..T-1, not `positions`
+    q = _heads(x, p["W_q"], n_heads, counted, rope_base, pairing, p["q_norm"], eps)
+    k = _heads(x, p["W_k"], n_kv_heads, counted, rope_base, pairing, p["k_norm"], eps)
+    return _qk_norm_attention(q, k, split_heads(x @ p["W_v"], n_kv_heads), p["W_o"])
+
+
+@mutant(replaces="qk_norm_attention", killed_by="qk_norm.agrees_with_reference", backend="torch", dtype="float16",
+        bug="the per-head QK-norm squares in float16 without an upcast: projections past 256 square to inf, the head is 0 "
+        "and its weights uniform (pytorch/pytorch#133085: the fused RMSNorm squares fp16 input where LlamaRMSNorm upcasts)")
+def qk_norm_in_float16(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_BASE, *, pairing="half_split", eps=EPS):
+    import torch
+
+    from invariants.reference import torch as tref
+
+    def norm(y, gain):
+        return y / torch.sqrt((y * y).mean(dim=-1, keepdim=True) + eps) * gain  # BUG: y·y in the input's 16-bit dtype
+
+    p = params
+    q = tref.rope(norm(tref.split_heads(x @ p["W_q"], n_heads), p["q_norm"]), positions, rope_base, pairing=pairing)
+    k = tref.rope(norm(tref.split_heads(x @ p["W_k"], n_kv_heads), p["k_norm"]), positions, rope_base, pairing=pairing)
+    heads, weights = tref.gqa_attention(q, k, tref.split_heads(x @ p["W_v"], n_kv_heads), True, None, None)
+    return tref.merge_heads(heads) @ p["W_o"], weights

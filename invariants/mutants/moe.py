@@ -136,3 +136,19 @@ def tiled_dispatch_moe(x, router, experts, k):
     for t, e, w in zip(tokens, top.ravel(), weights.ravel(), strict=True):
         out[t] += w * feed_forward(x[t], **experts[e])
     return out
+
+
+@mutant(replaces="top_k_gates", killed_by="moe.top_k_gates_masked_experts",
+        bug="an iterative top-k that excludes each chosen expert by setting its score to -inf: once only -inf scores are left it "
+        "picks an expert again (vllm-project/vllm-omni#7175: routes [2, 0, 0] for one finite score and top_k = 3)")
+def top_k_by_repeated_max(router_logits, k):
+    N = router_logits.shape[0]
+    selection = router_logits.copy()  # (N, E)
+    routes = np.empty((N, k), dtype=np.int64)
+    for j in range(k):
+        best = selection.max(axis=-1, keepdims=True)  # (N, 1)
+        routes[:, j] = np.argmax(selection == best, axis=-1)  # the lowest index at the max: any -inf one once the max is -inf
+        selection[np.arange(N), routes[:, j]] = -np.inf  # BUG: excluded by score, so a chosen expert ties with the masked ones
+    gates = np.zeros_like(router_logits)
+    np.add.at(gates, (np.arange(N)[:, None], routes), softmax(np.take_along_axis(router_logits, routes, axis=-1)))
+    return gates

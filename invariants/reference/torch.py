@@ -22,23 +22,20 @@ from invariants.reference.counts import (  # noqa: F401  (part of this module's 
     moe_n_params,
     training_flops,
 )
-from invariants.reference.numpy import ATTENTION_BIAS_NAMES, EPS, FULLY_MASKED, GELU_FORMS, ROPE_BASE, ROPE_PAIRINGS, check_token_ids, check_vocab_ids
+from invariants.reference.numpy import (
+    ATTENTION_BIAS_NAMES,
+    EPS,
+    FULLY_MASKED,
+    GELU_FORMS,
+    ROPE_BASE,
+    ROPE_PAIRINGS,
+    check_token_ids,
+    check_vocab_ids,
+)
+from invariants.reference.surface import surface
 from invariants.reference.text import build_vocab, decode, encode, get_batch  # noqa: F401
 
-__all__ = [
-    "BACKEND", "PROTOCOL_VERSION", "GELU_FORM", "ATTENTION_BIASES", "EPS", "GELU_FORMS", "ATTENTION_BIAS_NAMES",
-    "softmax", "log_softmax", "cross_entropy", "layer_norm", "rms_norm", "gelu", "gelu_erf", "gelu_of",
-    "attention", "feed_forward", "transformer_block", "gpt_logits", "gpt_param_count",
-    "top_k_indices", "top_k_gates", "expert", "moe", "tokens_per_expert", "load_balancing_loss",
-    "moe_n_params", "moe_active_params", "inference_flops_per_token", "training_flops",
-    "build_vocab", "encode", "decode", "get_batch",
-    # protocol v2: the modern decoder
-    "ROPE_BASE", "ROPE_PAIRINGS", "FULLY_MASKED", "ROPE_PAIRING", "QKV_BIASES", "FULLY_MASKED_ROWS",
-    "rope_angles", "rope_pairs", "rope_join", "rope", "visible_keys", "masked_softmax", "repeat_kv", "gqa_attention",
-    "sigmoid", "silu", "swiglu", "split_heads", "merge_heads", "project", "chunk_positions", "llama_attention",
-    "llama_block_step", "llama_block", "check_vocab_ids", "llama_logits", "cache_positions", "llama_decode",
-    "cross_attention", "decoder_block", "qk_norm_attention",
-]
+__getattr__ = surface(__name__)  # __all__: every protocol function and constant the module holds (invariants.reference.surface)
 
 BACKEND = "torch"
 PROTOCOL_VERSION = 2

@@ -13,7 +13,8 @@ One module per component:
     attention     attention_inputs (long sequences, scores up to 1e4, degenerate rows)
     feed_forward  hidden_states, feed_forward_weights
     params        block_params, gpt_configs, gpt_params, token_ids (+ init_* builders from a seed)
-    moe           moe_shapes, router_logits (ties, all-zero rows), uniform_mean_router_logits, moe_tokens, moe_params
+    moe           moe_shapes, router_logits (ties, all-zero rows), masked_router_logits (-inf experts), uniform_mean_router_logits,
+                  moe_tokens, moe_params
     text          corpora, token_streams, window_lengths
     decoder       the modern decoder (protocol version 2): rope_inputs, gqa_shapes, gqa_inputs (key masks, windows, a
                   cache's offset), swiglu_inputs, llama_configs, llama_block_params, llama_params, decode_schedules (chunk
@@ -58,13 +59,14 @@ from invariants.strategies.decoder import (
     llama_block_params,
     llama_configs,
     llama_params,
+    position_runs,
     qk_norm_args,
     qk_norm_inputs,
     rope_inputs,
     swiglu_inputs,
 )
 from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
-from invariants.strategies.moe import MoEShape, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
+from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
 from invariants.strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
 from invariants.strategies.softmax import large_logits, logits, shifts, targets
@@ -80,5 +82,6 @@ __all__ = [
     # the modern decoder (protocol version 2)
     "GQAShape", "LlamaConfig", "attention_args", "cross_args", "cross_inputs", "decode_schedules", "decoder_block_params", "gqa_args",
     "gqa_inputs", "gqa_shapes", "init_decoder_block_params", "init_llama_block_params", "init_llama_params", "llama_block_params",
-    "llama_configs", "llama_params", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
+    "llama_configs", "llama_params", "position_runs", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
+    "masked_router_logits",
 ]

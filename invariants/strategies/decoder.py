@@ -102,6 +102,38 @@ def _rope_inputs(min_batch, max_batch, min_heads, max_heads, min_seq, max_seq, m
     return inputs()
 
 
+POSITION_PATTERNS = ("consecutive", "gaps", "resets", "left padding")  # shrinks towards consecutive
+MAX_GAP = 4  # "gaps": each step from one position to the next in [1, MAX_GAP]
+
+
+@cached_strategy
+def position_runs(seq, *, max_start=64):
+    """int64 positions (seq,) of a sequence as code meets them: "consecutive" from a start in [0, max_start] (one sequence, or a
+    cache's next chunk), "gaps" (rising by 1 to MAX_GAP from that start: dropped tokens, speculative branches), "resets" (packed
+    sequences, each from 0: Megatron's --reset-position-ids) and "left padding" (n >= 1 pads at position 1, then 0, 1, ...: the
+    position_ids transformers builds from an attention mask).
+
+    A uniform offset cancels in q·k, so only the last three tell code that reads `positions` from code that counts 0..T-1.
+    """
+    check_int("seq", seq, low=1)
+    check_int("max_start", max_start, low=0)
+
+    @st.composite
+    def runs(draw):
+        pattern = draw(sampled_from(POSITION_PATTERNS))
+        if pattern == "resets" and seq > 1:
+            cuts = sorted(draw(st.sets(integers(1, seq - 1), min_size=1)))  # where a new sequence starts
+            return np.concatenate([np.arange(b - a) for a, b in zip([0, *cuts], [*cuts, seq], strict=True)]).astype(np.int64)
+        if pattern == "left padding" and seq > 1:
+            pads = draw(integers(1, seq - 1))
+            return np.concatenate([np.ones(pads), np.arange(seq - pads)]).astype(np.int64)
+        start = draw(integers(0, max_start))
+        steps = draw(st.lists(integers(1, MAX_GAP), min_size=seq - 1, max_size=seq - 1)) if pattern == "gaps" else [1] * (seq - 1)
+        return start + np.concatenate([[0], np.cumsum(steps, dtype=np.int64)]).astype(np.int64)
+
+    return runs()
+
+
 # -- grouped-query attention, masks, windows --------------------------------------------------------
 
 
@@ -511,7 +543,7 @@ def qk_norm_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=5, max_kv_hea
     params: W_q (d, H·D), W_k and W_v (d, H_kv·D), W_o (H·D, d), standard normal / √fan_in, W_q and W_k
     times a scale from [min_qk_scale, max_qk_scale] (a power of two where the range holds one: large
     scales are where attention without the norm saturates); q_norm and k_norm (D,) uniform in [0.5, 1.5],
-    so the two gains of a RoPE pair differ. positions: T consecutive ints from a start in [0, max_start].
+    so the two gains of a RoPE pair differ. positions (T,): one of POSITION_PATTERNS (see position_runs), from a start in [0, max_start].
     """
     for prefix, low, high in (("batch", min_batch, max_batch), ("seq", min_seq, max_seq), ("group", min_group, max_group),
                               ("pairs", min_pairs, max_pairs)):
@@ -529,7 +561,8 @@ def qk_norm_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=5, max_kv_hea
     def inputs(draw):
         B, T = draw(integers(min_batch, max_batch)), draw(integers(min_seq, max_seq))
         H_kv, group, D = draw(integers(1, max_kv_heads)), draw(integers(min_group, max_group)), 2 * draw(integers(min_pairs, max_pairs))
-        d, start, base, scale = draw(integers(1, max_d_model)), draw(integers(0, max_start)), draw(sampled_from(bases)), draw(qk_scales)
+        d, base, scale = draw(integers(1, max_d_model)), draw(sampled_from(bases)), draw(qk_scales)
+        positions = draw(position_runs(T, max_start=max_start))
         rng = np.random.default_rng(draw(seeds()))
 
         def matrix(fan_in, fan_out, gain=1.0):
@@ -539,7 +572,7 @@ def qk_norm_inputs(*, min_batch=1, max_batch=2, min_seq=1, max_seq=5, max_kv_hea
         params = {"W_q": matrix(d, H * D, scale), "W_k": matrix(d, H_kv * D, scale), "W_v": matrix(d, H_kv * D),  # (d, H·D), (d, H_kv·D) twice
                   "W_o": matrix(H * D, d), "q_norm": rng.uniform(0.5, 1.5, D), "k_norm": rng.uniform(0.5, 1.5, D)}  # (H·D, d), (D,) twice
         return {"x": rng.standard_normal((B, T, d)), "params": params, "n_heads": H, "n_kv_heads": H_kv,
-                "positions": np.arange(start, start + T), "rope_base": base}
+                "positions": positions, "rope_base": base}
 
     return inputs()
 

@@ -169,6 +169,32 @@ def router_logits(n_tokens: int, n_experts: int, *, max_logit: float = 4.0, ties
 
 
 @cached_strategy
+def masked_router_logits(n_tokens: int, n_experts: int, k: int, *, max_logit: float = 4.0) -> SearchStrategy[np.ndarray]:
+    """router_logits (tie-free) with experts masked to -inf per token, as group-limited and capacity-limited routers leave them.
+
+    Each token keeps m >= 1 finite scores: about half the tokens fewer than k (m in [1, k - 1], where a top-k must return the
+    masked experts' -inf and no finite expert twice), the others m in [k, E]; the kept experts are a drawn subset, so expert 0
+    (where a search that ties the chosen with the masked falls back to) is as often kept as masked. A token with no finite
+    score has no gates (a softmax of all -inf) and is not drawn.
+    """
+    _check_router_shape(n_tokens, n_experts)
+    check_int("k", k, low=1)
+    check_order("k", k, "n_experts", n_experts)
+
+    @st.composite
+    def logits(draw):
+        scores = draw(router_logits(n_tokens, n_experts, max_logit=max_logit, ties=False)).copy()  # (N, E)
+        for row in scores:
+            short = k > 1 and draw(st.booleans())  # fewer finite scores than k
+            m = draw(integers(1, k - 1) if short else integers(k, n_experts))
+            kept = permutation_of(draw(byte_arrays((n_experts,))))[:m]  # which experts keep their score
+            row[np.setdiff1d(np.arange(n_experts), kept)] = -np.inf
+        return scores
+
+    return logits()
+
+
+@cached_strategy
 def uniform_mean_router_logits(n_experts: int, *, min_orbits: int = 1, max_orbits: int = 3, max_logit: float = 4.0) -> SearchStrategy[np.ndarray]:
     """Router scores (orbits·E, E) whose mean softmax probability is uniform: every cyclic shift of a few base rows.
 
