@@ -222,6 +222,26 @@ skipped) and `COMPUTE_DTYPE = "float32"` (a float64 run holds the four laws held
 `Qwen3Attention` behind it.
 """
 
+ROUTING_DETAILS = """\
+**grouped_top_k_gates** is DeepSeek-V3's router (`noaux_tc`; transformers' `DeepseekV3TopkRouter`, DeepSeek-V3's
+`inference/model.py` `Gate`). The experts form `n_group` groups of E/n_group consecutive experts, at least two in each:
+
+```
+s = σ(router_logits)                        # (N, E) affinities
+c = s + bias                                # the balancing bias steers the choice only
+group score = the sum of the two largest c of the group; keep the topk_group best groups
+chosen = the k largest c among the experts of the kept groups (never one of a dropped group)
+gates = s[chosen] (/ Σ s[chosen] where norm_topk_prob) · routed_scaling_factor, 0 elsewhere
+```
+
+The gates sum to `routed_scaling_factor` where `norm_topk_prob` (DeepSeek-V3: True, 2.5; n_group 8, topk_group 4, k 8 of
+256). The report (§2.1.2) scores a group (a node) by its K_r/M highest affinities, which is 8/4 = 2 for the published model;
+the code sums the top two whatever k and topk_group are, and the protocol follows the code. Where scores tie, any of the tied
+experts or groups may be chosen. **softmax_top_k_gates** is Qwen3-MoE's (`Qwen3MoeTopKRouter`; Qwen2-MoE and OLMoE with
+`norm_topk_prob = False`): with `norm_topk_prob` it equals `top_k_gates`, Mixtral's and gpt-oss's top-k on the logits then a
+softmax over the chosen. **expert_bias_update** is the auxiliary-loss-free balancing step (§2.1.2; Megatron-LM's
+`get_updated_expert_bias`): `bias + rate · sign(mean(tokens_per_expert) − tokens_per_expert)`.
+"""
 
 
 
@@ -588,6 +608,36 @@ FUNCTIONS = {
                                                                                     floats(heads(x, n_heads, shape_of(x)[-2]))),
         ),
         # version 2: MoE routing as shipped (Mixtral's and gpt-oss's router is top_k_gates)
+        ProtocolFunction(
+            "grouped_top_k_gates",
+            ("router_logits", "bias", "k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"),
+            "(N, E): the chosen experts' σ(r), normalised where `norm_topk_prob`, × `routed_scaling_factor`; 0 elsewhere",
+            "DeepSeek-V3's router: sigmoid affinities, the bias in the choice only, group-limited top-k",
+            arguments=("router_logits (N, E), bias (E,), k int, n_group int dividing E, topk_group int, norm_topk_prob bool, "
+                       "routed_scaling_factor float"),
+            outputs=("gates",), floating=("gates",), shown=("router_logits", "k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"),
+            builds_on=("top_k_gates",), version=2, details=ROUTING_DETAILS,
+            answer_form=lambda router_logits, *rest: floats(shape_of(router_logits)),
+        ),
+        ProtocolFunction(
+            "softmax_top_k_gates",
+            ("router_logits", "k", "norm_topk_prob"),
+            "(N, E): softmax over all E experts, the k largest kept (divided by their sum where `norm_topk_prob`), 0 elsewhere",
+            "Qwen3-MoE's router: softmax, top-k, norm_topk_prob",
+            arguments="router_logits (N, E), k int, norm_topk_prob bool",
+            outputs=("gates",), floating=("gates",), shown=("router_logits", "k", "norm_topk_prob"), builds_on=("softmax", "top_k_gates"),
+            version=2, honours=("TOP_K_TIES",),
+            answer_form=lambda router_logits, k, norm_topk_prob: floats(shape_of(router_logits)),
+        ),
+        ProtocolFunction(
+            "expert_bias_update",
+            ("bias", "tokens_per_expert", "rate"),
+            "(E,): bias − rate where an expert's load is above the mean, + rate below it, unchanged at it",
+            "DeepSeek-V3's auxiliary-loss-free update of the balancing bias",
+            arguments="bias (E,), tokens_per_expert (E,) int, rate float",
+            outputs=("bias",), floating=("bias",), shown=("bias", "tokens_per_expert", "rate"), version=2,
+            answer_form=lambda bias, tokens_per_expert, rate: floats(shape_of(bias)),
+        ),
         # version 2: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
         # version 2: RoPE scaling and partial rotary
         # version 2: attention scores as shipped (ALiBi, softcapping, attention sinks)

@@ -537,3 +537,70 @@ def qk_norm_attention(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_
     q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
     heads, weights = gqa_attention(q, k, v, True, None, None)  # (B, H, T, D), (B, H, T, T)
     return merge_heads(heads) @ p["W_o"], weights  # (B, T, H·D) x (H·D, d) -> (B, T, d)
+
+
+# ---------------------------------------------------------------------------
+# MoE routing as shipped (protocol v2): DeepSeek-V3's grouped sigmoid router with its load-balancing bias, the softmax
+# router of Qwen3-MoE with norm_topk_prob, and the auxiliary-loss-free bias update. (Mixtral's and gpt-oss's router, top-k
+# on the logits then a softmax over the chosen, is top_k_gates above.)
+#
+# Sources: DeepSeek-AI 2024 (the DeepSeek-V3 technical report, §2.1.2: sigmoid affinities, the bias used for the choice
+# and not for the gating values, the bias update by ±γ); DeepSeek-V3's inference code (inference/model.py, Gate: a group
+# scored by the sum of its two largest biased scores, the chosen affinities normalised and multiplied by route_scale, the
+# config's routed_scaling_factor 2.5); Wang et al. 2024 (arXiv 2408.15664, Algorithm 1: b_i += u·sign(mean load - load_i));
+# transformers 5.24 (DeepseekV3TopkRouter, Qwen3MoeTopKRouter), whose routing these functions equal.
+# Extra letters: G expert groups (E divisible by G, at least two experts in each), G_k groups kept per token.
+# ---------------------------------------------------------------------------
+
+
+def group_scores(choice_scores, n_group):
+    """(N, E) -> (N, G): each group of E/G consecutive experts scored by the sum of its two largest choice scores."""
+    N, E = choice_scores.shape
+    grouped = choice_scores.reshape(N, n_group, E // n_group)  # (N, G, E/G)
+    return -np.sort(-grouped, axis=-1)[..., :2].sum(axis=-1)  # the top two of each group, not its maximum
+
+
+def grouped_top_k_indices(router_logits, bias, k, n_group, topk_group):
+    """The k experts DeepSeek-V3 routes each token to, (N, E) -> (N, k), best first, ties to the lower index: the top k of the
+    biased affinities σ(r) + b among the experts of the token's topk_group best groups."""
+    N, E = router_logits.shape
+    choice = sigmoid(router_logits) + bias  # (N, E): the bias steers the choice, never the gates
+    kept = np.zeros((N, n_group), dtype=bool)
+    np.put_along_axis(kept, top_k_indices(group_scores(choice, n_group), topk_group), True, axis=-1)  # (N, G)
+    in_kept_group = np.repeat(kept, E // n_group, axis=-1)  # (N, E)
+    return top_k_indices(np.where(in_kept_group, choice, -np.inf), k)  # an expert of a dropped group is never chosen
+
+
+def grouped_top_k_gates(router_logits, bias, k, n_group, topk_group, norm_topk_prob, routed_scaling_factor):
+    """DeepSeek-V3's router: (N, E) logits and the (E,) balancing bias -> (N, E) gates, 0 for the experts not chosen.
+
+    The chosen experts (grouped_top_k_indices) are gated by their affinities σ(r) without the bias, divided by their sum
+    where norm_topk_prob, then multiplied by routed_scaling_factor: the gates sum to routed_scaling_factor where normalised.
+    """
+    top = grouped_top_k_indices(router_logits, bias, k, n_group, topk_group)  # (N, k)
+    weights = np.take_along_axis(sigmoid(router_logits), top, axis=-1)  # (N, k): the affinities, not the biased scores
+    if norm_topk_prob:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    gates = np.zeros_like(router_logits)
+    np.put_along_axis(gates, top, weights * routed_scaling_factor, axis=-1)
+    return gates
+
+
+def softmax_top_k_gates(router_logits, k, norm_topk_prob):
+    """Qwen3-MoE's router (and Qwen2-MoE's, OLMoE's): a softmax over all E experts, the k largest kept, divided by their sum
+    where norm_topk_prob (then it is top_k_gates), 0 elsewhere. (N, E) -> (N, E)."""
+    top = top_k_indices(router_logits, k)  # (N, k): the softmax keeps the logits' order
+    probs = np.take_along_axis(softmax(router_logits), top, axis=-1)  # (N, k): probabilities over all E experts
+    if norm_topk_prob:
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    gates = np.zeros_like(router_logits)
+    np.put_along_axis(gates, top, probs, axis=-1)
+    return gates
+
+
+def expert_bias_update(bias, tokens_per_expert, rate):
+    """The auxiliary-loss-free update of the balancing bias (E,): down by `rate` for an expert that got more than the mean
+    load, up by `rate` for one that got less, unchanged at the mean."""
+    counts = np.asarray(tokens_per_expert, dtype=np.int64)  # (E,)
+    direction = np.sign(counts.sum() - counts * counts.size)  # sign(mean - load), compared exactly in integers
+    return bias + direction.astype(bias.dtype) * rate

@@ -420,3 +420,51 @@ def qk_norm_attention(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE_
     q, k = rope(q, positions, rope_base, pairing=pairing), rope(k, positions, rope_base, pairing=pairing)
     heads, weights = gqa_attention(q, k, v, True, None, None)  # (B, H, T, D), (B, H, T, T)
     return merge_heads(heads) @ p["W_o"], weights  # (B, T, d)
+
+
+# ---------------------------------------------------------------------------
+# MoE routing as shipped (protocol v2): the twin of the same section of reference.numpy (read it there for the sources).
+# ---------------------------------------------------------------------------
+
+
+def group_scores(choice_scores, n_group):
+    """(N, E) -> (N, G): each group of E/G consecutive experts scored by the sum of its two largest choice scores."""
+    N, E = choice_scores.shape
+    grouped = choice_scores.reshape(N, n_group, E // n_group)  # (N, G, E/G)
+    return torch.sort(grouped, dim=-1, descending=True).values[..., :2].sum(dim=-1)
+
+
+def grouped_top_k_indices(router_logits, bias, k, n_group, topk_group):
+    """The k experts DeepSeek-V3 routes each token to, (N, k), best first, ties to the lower index (a stable sort, not topk)."""
+    N, E = router_logits.shape
+    choice = sigmoid(router_logits) + bias  # (N, E): the bias steers the choice, never the gates
+    kept = torch.zeros(N, n_group, dtype=torch.bool, device=router_logits.device)
+    kept = kept.scatter(-1, top_k_indices(group_scores(choice, n_group), topk_group), True)  # (N, G)
+    in_kept_group = kept.repeat_interleave(E // n_group, dim=-1)  # (N, E)
+    return top_k_indices(choice.masked_fill(~in_kept_group, float("-inf")), k)
+
+
+def grouped_top_k_gates(router_logits, bias, k, n_group, topk_group, norm_topk_prob, routed_scaling_factor):
+    """DeepSeek-V3's router: (N, E) logits, (E,) bias -> (N, E) gates: the chosen affinities σ(r) (no bias), normalised where
+    norm_topk_prob, times routed_scaling_factor; 0 for the experts not chosen."""
+    top = grouped_top_k_indices(router_logits, bias, k, n_group, topk_group)  # (N, k)
+    weights = torch.gather(sigmoid(router_logits), -1, top)  # (N, k)
+    if norm_topk_prob:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return torch.zeros_like(router_logits).scatter(-1, top, weights * routed_scaling_factor)
+
+
+def softmax_top_k_gates(router_logits, k, norm_topk_prob):
+    """Qwen3-MoE's router: softmax over all E experts, the k largest kept, renormalised where norm_topk_prob. (N, E) -> (N, E)."""
+    top = top_k_indices(router_logits, k)  # (N, k)
+    probs = torch.gather(softmax(router_logits), -1, top)  # (N, k)
+    if norm_topk_prob:
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return torch.zeros_like(router_logits).scatter(-1, top, probs)
+
+
+def expert_bias_update(bias, tokens_per_expert, rate):
+    """The auxiliary-loss-free bias update: down by `rate` above the mean load, up below it, unchanged at it. (E,) -> (E,)."""
+    counts = torch.as_tensor(tokens_per_expert, device=bias.device).to(torch.int64)  # (E,)
+    direction = torch.sign(counts.sum() - counts * counts.numel())  # sign(mean - load), exactly in integers
+    return bias + direction.to(bias.dtype) * rate

@@ -15,6 +15,8 @@ One module per component:
     params        block_params, gpt_configs, gpt_params, token_ids (+ init_* builders from a seed)
     moe           moe_shapes, router_logits (ties, all-zero rows), masked_router_logits (-inf experts), uniform_mean_router_logits,
                   moe_tokens, moe_params
+    routing       grouped_routing_shapes, routing_biases, grouped_routing_inputs (DeepSeek-V3), softmax_routing_inputs (Qwen3-MoE),
+                  bias_update_inputs (the auxiliary-loss-free update)
     text          corpora, token_streams, window_lengths
     decoder       the modern decoder (protocol version 2): rope_inputs, gqa_shapes, gqa_inputs (key masks, windows, a
                   cache's offset), swiglu_inputs, llama_configs, llama_block_params, llama_params, decode_schedules (chunk
@@ -69,6 +71,14 @@ from invariants.strategies.feed_forward import feed_forward_weights, hidden_stat
 from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
 from invariants.strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
+from invariants.strategies.routing import (
+    GroupedRoutingShape,
+    bias_update_inputs,
+    grouped_routing_inputs,
+    grouped_routing_shapes,
+    routing_biases,
+    softmax_routing_inputs,
+)
 from invariants.strategies.softmax import large_logits, logits, shifts, targets
 from invariants.strategies.text import corpora, token_streams, window_lengths
 
@@ -84,4 +94,6 @@ __all__ = [
     "gqa_inputs", "gqa_shapes", "init_decoder_block_params", "init_llama_block_params", "init_llama_params", "llama_block_params",
     "llama_configs", "llama_params", "position_runs", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
     "masked_router_logits",
+    # MoE routing as shipped (DeepSeek-V3, Qwen3-MoE)
+    "GroupedRoutingShape", "bias_update_inputs", "grouped_routing_inputs", "grouped_routing_shapes", "routing_biases", "softmax_routing_inputs",
 ]
