@@ -243,6 +243,30 @@ softmax over the chosen. **expert_bias_update** is the auxiliary-loss-free balan
 `get_updated_expert_bias`): `bias + rate · sign(mean(tokens_per_expert) − tokens_per_expert)`.
 """
 
+ROPE_SCALING_DETAILS = """\
+**rope_frequencies** answers what transformers' `ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len)` does, for `d_head` the
+rotated width (`int(head_dim · partial_rotary_factor)`) and θ_i = base^(-2i/d_head), L_0 = `original_max_position_embeddings`:
+
+```
+default   θ_i                                                     factor 1
+linear    θ_i / s                                                 factor 1     (rope at positions / s)
+dynamic   θ_i of base · (s·max(seq_len, L_0)/L_0 − (s − 1))^(d/(d−2))   factor 1     (plain rope up to L_0)
+llama3    θ_i where 2π/θ_i < L_0/high_freq_factor; θ_i / s where 2π/θ_i > L_0/low_freq_factor;
+          between, (1 − γ)·θ_i/s + γ·θ_i, γ = (L_0·θ_i/2π − low_freq_factor)/(high_freq_factor − low_freq_factor)   factor 1
+yarn      θ_i/s·r_i + θ_i·(1 − r_i), r_i the ramp from 0 (pairs up to where beta_fast rotations fit in L_0, floored where truncate)
+          to 1 (from where beta_slow do, ceiled);  factor yarn_mscale(s, mscale)/yarn_mscale(s, mscale_all_dim) where both are
+          set, else 0.1·ln s + 1
+longrope  θ_i / short_factor[i] for seq_len ≤ L_0, θ_i / long_factor[i] past it;  factor √(1 + ln S / ln L_0), S = max_position_embeddings / L_0
+```
+
+yarn_mscale(s, m) = 0.1·m·ln s + 1 (1 for s ≤ 1). The attention factor multiplies cos and sin. **softmax_scale** is 1/√d_head,
+times yarn_mscale(s, mscale_all_dim)² where a YaRN config sets `mscale_all_dim`: DeepSeek-V2/V3 fold the magnitude into the
+softmax scale (and their attention factor is then 1), so a score's rotary part is scaled by yarn_mscale(s, mscale)² in all.
+Frequencies and factors are config constants: held to float32's rounding whatever the run's dtype, never rounded to bfloat16.
+The answer is a function of the arguments alone: a cache of cos and sin grown for a long sequence is recomputed for a short one.
+**partial_rope** turns the first int(D · partial_rotary_factor) features of each head (GPT-NeoX's `rotary_pct`, Phi-2 0.4,
+StableLM 0.25, ChatGLM 0.5) in the declared `ROPE_PAIRING` within that width, and passes the rest through bit for bit.
+"""
 
 
 
@@ -640,6 +664,39 @@ FUNCTIONS = {
         ),
         # version 2: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
         # version 2: RoPE scaling and partial rotary
+        ProtocolFunction(
+            "rope_frequencies",
+            ("d_head", "base", "scaling", "seq_len"),
+            "`(inv_freq (d_head/2,), attention_factor)`: the scaled RoPE's inverse frequencies and the factor on cos and sin",
+            "a scaled RoPE's frequencies at a length: linear, dynamic NTK, llama3, YaRN, LongRoPE (transformers' ROPE_INIT_FUNCTIONS)",
+            arguments=("d_head int (the rotated width), base float, scaling dict (`rope_type` and that type's settings under "
+                       "transformers' names), seq_len int (the positions' count; read by dynamic and longrope)"),
+            # config constants with no input dtype: held to float32's rounding whatever the run's dtype (transformers computes them in float32)
+            outputs=("inv_freq", "attention_factor"), floating=(), shown=("d_head", "base", "scaling", "seq_len"), version=2,
+            details=ROPE_SCALING_DETAILS,
+            answer_form=lambda d_head, base, scaling, seq_len: (floats((d_head // 2,)), NUMBER),
+        ),
+        ProtocolFunction(
+            "softmax_scale",
+            ("d_head", "scaling"),
+            "float: 1/√d_head, × yarn_mscale(factor, mscale_all_dim)² for a YaRN config with `mscale_all_dim` (DeepSeek)",
+            "the scale of q·kᵀ, with DeepSeek's YaRN mscale folded in",
+            arguments="d_head int (the whole query-key width), scaling dict as `rope_frequencies`",
+            **VALUE, shown=("d_head", "scaling"), version=2,
+            answer_form=lambda d_head, scaling: NUMBER,
+        ),
+        ProtocolFunction(
+            "partial_rope",
+            ("x", "positions", "base", "partial_rotary_factor"),
+            "(..., T, D): `rope` on the first int(D·partial_rotary_factor) features, frequencies over that width; the rest unchanged",
+            "RoPE on the first part of each head (GPT-NeoX, Phi-2, StableLM, GLM)",
+            arguments="x (..., T, D); positions (T,) int; base float; partial_rotary_factor float in (0, 1], int(D·factor) even",
+            # roundings: rope's
+            shown=("x", "positions", "base", "partial_rotary_factor"), builds_on=("rope",), roundings=4, version=2,
+            honours=("ROPE_PAIRING", "ROPE_THETA"),
+            leaks="partial_rope's answer is not in x's dtype: cos and sin left in float32, or the pass-through part upcast by the concatenation",
+            answer_form=lambda x, positions, base, partial_rotary_factor: floats(shape_of(x)),
+        ),
         # version 2: attention scores as shipped (ALiBi, softcapping, attention sinks)
         # version 2: Gemma's details
         # version 2: per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2's max_window_layers)

@@ -277,7 +277,7 @@ def rope_angles(positions, D, base=ROPE_BASE):
     The angle is computed in float64 and only its cos and sin are rounded to the model's dtype:
     positions rounded to bfloat16 (8 bits) are wrong from 256 on.
     """
-    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)  # (D/2,): θ_0 = 1 down to θ_{D/2-1} ≈ 1/base
+    inv_freq = inverse_frequencies(D, base)  # (D/2,): θ_0 = 1 down to θ_{D/2-1} ≈ 1/base
     return np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # (T, 1) x (D/2,) -> (T, D/2)
 
 
@@ -604,3 +604,129 @@ def expert_bias_update(bias, tokens_per_expert, rate):
     counts = np.asarray(tokens_per_expert, dtype=np.int64)  # (E,)
     direction = np.sign(counts.sum() - counts * counts.size)  # sign(mean - load), compared exactly in integers
     return bias + direction.astype(bias.dtype) * rate
+
+
+# ---------------------------------------------------------------------------
+# RoPE scaling and partial rotary (protocol v2): the inverse frequencies and the attention factor of a scaled RoPE at a
+# sequence length (linear, dynamic NTK, Llama 3.1's llama3, YaRN, LongRoPE), the softmax scale DeepSeek folds YaRN's mscale
+# into, and RoPE on the first part of each head only.
+#
+# Sources: Chen et al. 2023 (arXiv 2306.15595, position interpolation: positions / s); the dynamic NTK rule of
+# /u/bloc97 and /u/emozilla (base · (s·L/L_0 − (s − 1))^(d/(d−2)) past the trained length L_0); Meta's llama-models
+# (models/llama3_1/api/model.py, apply_scaling: the low, high and smoothed bands); Peng et al. 2023 (arXiv 2309.00071,
+# YaRN §3.2, eq. 25 and the ramp γ between β_fast and β_slow rotations, √(1/t) = 0.1·ln s + 1) and jquesnelle/yarn's
+# code; DeepSeek-V2/V3's modeling_deepseek.py (attention factor mscale/mscale_all_dim on cos and sin, mscale_all_dim² on
+# the softmax scale); Ding et al. 2024 (arXiv 2402.13753, LongRoPE) and Phi-3's modeling_phi3.py (short factors up to the
+# trained length, long ones past it, √(1 + ln s / ln L_0)); GPT-NeoX's rotary_pct and transformers' partial_rotary_factor
+# (int(D·factor) rotated, with frequencies over that width). transformers 5.24's modeling_rope_utils.py
+# (ROPE_INIT_FUNCTIONS) computes the same, in float32.
+# Extra letters: d the rotated width (head_dim, or int(head_dim · partial_rotary_factor)), L_0 the trained length
+# (original_max_position_embeddings), s the scaling factor.
+# ---------------------------------------------------------------------------
+
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")  # transformers' rope_type names
+
+
+def inverse_frequencies(d, base):
+    """(d/2,) θ_i = base^(-2i/d), float64: RoPE's unscaled inverse frequencies."""
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def yarn_mscale(factor, mscale=1.0):
+    """YaRN's magnitude 0.1·mscale·ln s + 1 (1 for s <= 1): √(1/t) of the paper, DeepSeek's yarn_get_mscale."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * float(np.log(factor)) + 1.0
+
+
+def yarn_correction_range(d, base, beta_fast, beta_slow, original, truncate=True):
+    """(low, high): the pair indices where β_fast and β_slow full rotations fit in the trained length L_0 (floor and ceil
+    where truncate), clipped to [0, d − 1]; pairs up to low keep θ_i, pairs from high on are divided by s."""
+
+    def pair_index(rotations):
+        return d * np.log(original / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+    low, high = pair_index(beta_fast), pair_index(beta_slow)
+    if truncate:
+        low, high = np.floor(low), np.ceil(high)
+    return max(float(low), 0.0), min(float(high), d - 1.0)
+
+
+def yarn_ramp(d, low, high):
+    """(d/2,) γ_i: 0 for pairs up to low (kept), 1 from high on (interpolated), linear between (HF: 1 − the extrapolation factor)."""
+    high = high + 0.001 if low == high else high  # no division by zero
+    return np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+
+
+def _linear_frequencies(d, base, scaling, seq_len):
+    return inverse_frequencies(d, base) / scaling["factor"], 1.0  # θ/s: the angle of position p/s
+
+
+def _dynamic_frequencies(d, base, scaling, seq_len):
+    s, original = scaling["factor"], scaling["original_max_position_embeddings"]
+    length = max(seq_len, original)  # no change up to the trained length
+    return inverse_frequencies(d, base * (s * length / original - (s - 1)) ** (d / (d - 2))), 1.0
+
+
+def _llama3_frequencies(d, base, scaling, seq_len):
+    s, original = scaling["factor"], scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    theta = inverse_frequencies(d, base)
+    wavelength = 2 * np.pi / theta
+    smooth = (original / wavelength - low) / (high - low)  # 0 at the low band's edge L_0/low, 1 at the high band's L_0/high
+    scaled = np.where(wavelength > original / low, theta / s, theta)  # the low frequencies divided by s, the high ones kept
+    in_band = (wavelength >= original / high) & (wavelength <= original / low)
+    return np.where(in_band, (1 - smooth) * theta / s + smooth * theta, scaled), 1.0
+
+
+def _yarn_frequencies(d, base, scaling, seq_len):
+    s = scaling["factor"]
+    low, high = yarn_correction_range(d, base, scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1,
+                                      scaling["original_max_position_embeddings"], scaling.get("truncate", True))
+    ramp = yarn_ramp(d, low, high)  # (d/2,)
+    theta = inverse_frequencies(d, base)
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    factor = yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim) if mscale and mscale_all_dim else yarn_mscale(s)
+    return theta / s * ramp + theta * (1 - ramp), factor
+
+
+def _longrope_frequencies(d, base, scaling, seq_len):
+    original = scaling["original_max_position_embeddings"]
+    chosen = scaling["long_factor"] if seq_len > original else scaling["short_factor"]  # long factors past L_0 only
+    s = scaling["max_position_embeddings"] / original
+    factor = 1.0 if s <= 1 else float(np.sqrt(1 + np.log(s) / np.log(original)))
+    return inverse_frequencies(d, base) / np.asarray(chosen, dtype=np.float64), factor
+
+
+def rope_frequencies(d_head, base, scaling, seq_len):
+    """(inv_freq (d/2,), attention_factor) of a scaled RoPE for sequences of seq_len positions (transformers' ROPE_INIT_FUNCTIONS).
+
+    scaling: {"rope_type": one of ROPE_TYPES, and that type's settings under transformers' names}; the attention factor
+    multiplies cos and sin (so each score by its square). Only dynamic and longrope read seq_len.
+    """
+    kind = scaling["rope_type"]
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope_type={kind!r} is not one of {', '.join(ROPE_TYPES)}")
+    if kind == "default":
+        return inverse_frequencies(d_head, base), 1.0
+    scaled = {"linear": _linear_frequencies, "dynamic": _dynamic_frequencies, "llama3": _llama3_frequencies,
+              "yarn": _yarn_frequencies, "longrope": _longrope_frequencies}[kind]
+    return scaled(d_head, base, scaling, seq_len)
+
+
+def softmax_scale(d_head, scaling):
+    """The scale of q·kᵀ: 1/√d_head, times yarn_mscale(s, mscale_all_dim)² where a YaRN config sets mscale_all_dim (DeepSeek-V2/V3)."""
+    scale = d_head**-0.5
+    if scaling["rope_type"] == "yarn" and scaling.get("mscale_all_dim"):
+        scale = scale * yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    return scale
+
+
+def rotary_width(D, partial_rotary_factor):
+    """How many leading features of a head of width D turn: int(D · partial_rotary_factor) (transformers, GPT-NeoX's rotary_ndims)."""
+    return int(D * partial_rotary_factor)
+
+
+def partial_rope(x, positions, base, partial_rotary_factor, *, pairing="half_split"):
+    """RoPE on the first rotary_width(D, factor) features of each head, with frequencies over that width; the rest passes
+    through untouched. (..., T, D) -> (..., T, D)."""
+    rotary = rotary_width(x.shape[-1], partial_rotary_factor)
+    return np.concatenate([rope(x[..., :rotary], positions, base, pairing=pairing), x[..., rotary:]], axis=-1)

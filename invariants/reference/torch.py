@@ -29,8 +29,12 @@ from invariants.reference.numpy import (
     GELU_FORMS,
     ROPE_BASE,
     ROPE_PAIRINGS,
+    ROPE_TYPES,
     check_token_ids,
     check_vocab_ids,
+    rotary_width,
+    yarn_correction_range,
+    yarn_mscale,
 )
 from invariants.reference.surface import surface
 from invariants.reference.text import build_vocab, decode, encode, get_batch  # noqa: F401
@@ -468,3 +472,65 @@ def expert_bias_update(bias, tokens_per_expert, rate):
     counts = torch.as_tensor(tokens_per_expert, device=bias.device).to(torch.int64)  # (E,)
     direction = torch.sign(counts.sum() - counts * counts.numel())  # sign(mean - load), exactly in integers
     return bias + direction.to(bias.dtype) * rate
+
+
+# ---------------------------------------------------------------------------
+# RoPE scaling and partial rotary (protocol v2): the twin of the same section of reference.numpy (read it there); the
+# scalar settings (YaRN's correction range and magnitude, the rotated width) are computed once, there.
+# ---------------------------------------------------------------------------
+
+
+def inverse_frequencies(d, base):
+    """(d/2,) θ_i = base^(-2i/d), float64."""
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+
+def rope_frequencies(d_head, base, scaling, seq_len):
+    """(inv_freq (d/2,) float64, attention_factor) of a scaled RoPE for sequences of seq_len positions."""
+    kind = scaling["rope_type"]
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope_type={kind!r} is not one of {', '.join(ROPE_TYPES)}")
+    theta = inverse_frequencies(d_head, base)
+    s = scaling.get("factor", 1.0)
+    if kind == "linear":
+        return theta / s, 1.0
+    if kind == "dynamic":
+        original = scaling["original_max_position_embeddings"]
+        grown = base * (s * max(seq_len, original) / original - (s - 1)) ** (d_head / (d_head - 2))
+        return inverse_frequencies(d_head, grown), 1.0
+    if kind == "llama3":
+        original, low, high = scaling["original_max_position_embeddings"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        wavelength = 2 * math.pi / theta
+        smooth = (original / wavelength - low) / (high - low)
+        scaled = torch.where(wavelength > original / low, theta / s, theta)
+        in_band = (wavelength >= original / high) & (wavelength <= original / low)
+        return torch.where(in_band, (1 - smooth) * theta / s + smooth * theta, scaled), 1.0
+    if kind == "yarn":
+        low, high = yarn_correction_range(d_head, base, scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1,
+                                                 scaling["original_max_position_embeddings"], scaling.get("truncate", True))
+        high = high + 0.001 if low == high else high
+        ramp = ((torch.arange(d_head // 2, dtype=torch.float64) - low) / (high - low)).clamp(0.0, 1.0)
+        mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        factor = (yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim) if mscale and mscale_all_dim
+                  else yarn_mscale(s))
+        return theta / s * ramp + theta * (1 - ramp), factor
+    if kind == "longrope":
+        original = scaling["original_max_position_embeddings"]
+        chosen = torch.tensor(scaling["long_factor"] if seq_len > original else scaling["short_factor"], dtype=torch.float64)
+        ratio = scaling["max_position_embeddings"] / original
+        return theta / chosen, 1.0 if ratio <= 1 else math.sqrt(1 + math.log(ratio) / math.log(original))
+    return theta, 1.0
+
+
+def softmax_scale(d_head, scaling):
+    """1/√d_head, times yarn_mscale(s, mscale_all_dim)² where a YaRN config sets mscale_all_dim (DeepSeek-V2/V3)."""
+    scale = d_head**-0.5
+    if scaling["rope_type"] == "yarn" and scaling.get("mscale_all_dim"):
+        scale = scale * yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    return scale
+
+
+def partial_rope(x, positions, base, partial_rotary_factor, *, pairing="half_split"):
+    """RoPE on the first int(D · factor) features of each head, frequencies over that width; the rest untouched."""
+    rotary = rotary_width(x.shape[-1], partial_rotary_factor)
+    return torch.cat([rope(x[..., :rotary], positions, base, pairing=pairing), x[..., rotary:]], dim=-1)

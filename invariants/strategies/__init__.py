@@ -17,6 +17,7 @@ One module per component:
                   moe_tokens, moe_params
     routing       grouped_routing_shapes, routing_biases, grouped_routing_inputs (DeepSeek-V3), softmax_routing_inputs (Qwen3-MoE),
                   bias_update_inputs (the auxiliary-loss-free update)
+    rope_scaling  rope_scalings (every rope_type), rope_frequency_inputs (lengths around L_0), partial_rope_inputs
     text          corpora, token_streams, window_lengths
     decoder       the modern decoder (protocol version 2): rope_inputs, gqa_shapes, gqa_inputs (key masks, windows, a
                   cache's offset), swiglu_inputs, llama_configs, llama_block_params, llama_params, decode_schedules (chunk
@@ -71,6 +72,7 @@ from invariants.strategies.feed_forward import feed_forward_weights, hidden_stat
 from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
 from invariants.strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
+from invariants.strategies.rope_scaling import partial_rope_inputs, rope_frequency_inputs, rope_scalings
 from invariants.strategies.routing import (
     GroupedRoutingShape,
     bias_update_inputs,
@@ -96,4 +98,6 @@ __all__ = [
     "masked_router_logits",
     # MoE routing as shipped (DeepSeek-V3, Qwen3-MoE)
     "GroupedRoutingShape", "bias_update_inputs", "grouped_routing_inputs", "grouped_routing_shapes", "routing_biases", "softmax_routing_inputs",
+    # RoPE scaling and partial rotary
+    "partial_rope_inputs", "rope_frequency_inputs", "rope_scalings",
 ]
