@@ -268,6 +268,18 @@ The answer is a function of the arguments alone: a cache of cos and sin grown fo
 StableLM 0.25, ChatGLM 0.5) in the declared `ROPE_PAIRING` within that width, and passes the rest through bit for bit.
 """
 
+SCORES_DETAILS = """\
+**alibi_attention** is BLOOM's, MPT's and Baichuan's attention: no rotary; head h adds `-slopes[h]·(S − T + i − j)` to query
+i's scaled score `q·k/√D` of key j, the query at position S − T + i (bottom-right, as a KV cache puts it). BLOOM adds
+`slopes[h]·j` (key positions counted in real tokens, the cumulative sum of the mask) and MPT `slopes[h]·(j − S + 1)`: each
+differs from the protocol's by a constant per row, which the softmax cancels, wherever the padding is on the left or the
+right. **alibi_slopes** are Press et al.'s (2022, §3, and their code's `get_slopes`), as BLOOM's `build_alibi_tensor`
+computes them: for H = 8, 1/2, 1/4, ..., 1/256; for H = 12 the eight of H = 8, then 2^(-0.5), 2^(-1.5), 2^(-2.5), 2^(-3.5).
+**softcapped_attention** caps the scaled scores, `cap·tanh(s / cap)`, then masks (Gemma 2: `attn_logit_softcapping` 50,
+`final_logit_softcapping` 30, which is **softcap** on the logits); a mask applied first would turn −∞ into −cap and leak.
+**sink_attention** is gpt-oss's: `softmax([s_1 .. s_S, sinks[h]])` with the sink's column dropped, so each row's weights
+sum to `1 − e^sink / (e^sink + Σ e^s)`, and a row that sees no key gets weights 0 and output 0 whatever FULLY_MASKED_ROWS says.
+"""
 
 
 
@@ -698,6 +710,66 @@ FUNCTIONS = {
             answer_form=lambda x, positions, base, partial_rotary_factor: floats(shape_of(x)),
         ),
         # version 2: attention scores as shipped (ALiBi, softcapping, attention sinks)
+        ProtocolFunction(
+            "alibi_slopes",
+            ("n_heads",),
+            "(H,) floats: 2^(-8/H)·(1, ..., H) as powers for H a power of two; else the largest power of two P's, then 2P's odd ones",
+            "ALiBi's per-head slopes (Press et al. 2022; BLOOM's build_alibi_tensor)",
+            arguments="n_heads int ≥ 1",
+            outputs=("slopes",), floating=(), shown=("n_heads",), version=2, details=SCORES_DETAILS,
+            answer_form=lambda n_heads: floats((n_heads,)),
+        ),
+        ProtocolFunction(
+            "alibi_attention",
+            ("q", "k", "v", "slopes", "key_mask"),
+            "`(out (B, H, T, D), weights (B, H, T, S))`, causal; `out` alone with `ATTENTION_WEIGHTS = False`",
+            "causal GQA with ALiBi: head h adds -slopes[h]·(distance back) to each scaled score; no rotary",
+            arguments="q (B, H, T, D), k and v (B, H_kv, S, D), T ≤ S; slopes (H,); key_mask (B, S) bool or None",
+            # roundings: attention's chain (the bias adds one rounding, within its budget)
+            **ATTENTION, shown=("q", "k", "key_mask"), builds_on=("softmax", "gqa_attention"), roundings=8, version=2,
+            honours=("KEY_MASK", "FULLY_MASKED_ROWS", "CAUSAL_ALIGNMENT"),
+            leaks="alibi_attention's out or weights are not in q's dtype: the bias built in float32 (or float64) and kept",
+            answer_form=lambda q, k, v, slopes, key_mask: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
+                                                           floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
+        ),
+        ProtocolFunction(
+            "softcap",
+            ("x", "cap"),
+            "same shape: cap·tanh(x / cap)",
+            "softcapping (Gemma 2's final logits): x to first order, never beyond ±cap",
+            arguments="any, cap float > 0",
+            # roundings: x / cap, tanh, · cap
+            shown=("x", "cap"), roundings=3, version=2,
+            leaks="softcap's answer is not in x's dtype: tanh taken in float32 or float64 and kept",
+            answer_form=lambda x, cap: floats(shape_of(x)),
+        ),
+        ProtocolFunction(
+            "softcapped_attention",
+            ("q", "k", "v", "causal", "key_mask", "window", "cap"),
+            "as `gqa_attention`, the scaled scores softcapped before the mask",
+            "gqa_attention with cap·tanh(s / cap) on the scaled scores, before the mask (Gemma 2's attn_logit_softcapping)",
+            arguments="as `gqa_attention`, and cap float > 0",
+            # roundings: attention's chain and the cap's three
+            **ATTENTION, shown=("q", "k", "causal", "key_mask", "window", "cap"), builds_on=("softmax", "gqa_attention", "softcap"),
+            roundings=11, version=2,
+            honours=("CAUSAL_ONLY", "ENCODER_ONLY", "FULLY_MASKED_ROWS", "SLIDING_WINDOW", "KEY_MASK", "CAUSAL_ALIGNMENT"),
+            leaks="softcapped_attention's out or weights are not in q's dtype: the tanh or the softmax in float32 kept",
+            answer_form=lambda q, k, v, causal, key_mask, window, cap: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
+                                                                        floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
+        ),
+        ProtocolFunction(
+            "sink_attention",
+            ("q", "k", "v", "causal", "key_mask", "window", "sinks"),
+            "as `gqa_attention`; each row's weights sum to 1 − its sink's share (0 where it sees no key)",
+            "gqa_attention with gpt-oss's per-head sink logit in each softmax's denominator, its column then dropped",
+            arguments="as `gqa_attention`, and sinks (H,)",
+            # roundings: attention's chain
+            **ATTENTION, shown=("q", "k", "causal", "key_mask", "window"), builds_on=("softmax", "gqa_attention"), roundings=8, version=2,
+            honours=("CAUSAL_ONLY", "ENCODER_ONLY", "SLIDING_WINDOW", "KEY_MASK", "CAUSAL_ALIGNMENT"),
+            leaks="sink_attention's out or weights are not in q's dtype: the sinks or the softmax in float32 kept",
+            answer_form=lambda q, k, v, causal, key_mask, window, sinks: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
+                                                                          floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
+        ),
         # version 2: Gemma's details
         # version 2: per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2's max_window_layers)
     )

@@ -730,3 +730,63 @@ def partial_rope(x, positions, base, partial_rotary_factor, *, pairing="half_spl
     through untouched. (..., T, D) -> (..., T, D)."""
     rotary = rotary_width(x.shape[-1], partial_rotary_factor)
     return np.concatenate([rope(x[..., :rotary], positions, base, pairing=pairing), x[..., rotary:]], axis=-1)
+
+
+# ---------------------------------------------------------------------------
+# Attention scores as shipped: ALiBi (BLOOM, MPT, Baichuan), softcapping (Gemma 2, Grok), attention sinks (gpt-oss)
+# ---------------------------------------------------------------------------
+
+
+def alibi_slopes(n_heads):
+    """ALiBi's head slopes (H,) float64 (Press et al. 2022, §3; BLOOM's build_alibi_tensor): for H a power of two the geometric
+    sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8); otherwise the slopes of the largest power of two P < H, then every other slope
+    of 2P (its 1st, 3rd, ...) for the remaining H - P heads."""
+    closest = 2 ** int(math.floor(math.log2(n_heads)))  # P
+    slopes = 2.0 ** (-8.0 * np.arange(1, closest + 1) / closest)  # (P,)
+    extra = 2.0 ** (-4.0 * (2 * np.arange(n_heads - closest) + 1) / closest)  # 2P's slopes 1, 3, 5, ...: 2^(-8·i/(2P))
+    return np.concatenate([slopes, extra])
+
+
+def scores_and_visible(q, k, v, causal, key_mask, window):
+    """q·kᵀ/√D (B, H, T, S), where each query may look (B, H, T, S) and the values (B, H, S, D) of gqa_attention's call."""
+    H, T, D = q.shape[1:]
+    S = k.shape[2]
+    k, v = repeat_kv(k, H // k.shape[1]), repeat_kv(v, H // v.shape[1])  # (B, H, S, D)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)  # (B, H, T, S)
+    visible = visible_keys(T, S, causal, window)[None, None]  # (1, 1, T, S)
+    if key_mask is not None:
+        visible = visible & np.asarray(key_mask, dtype=bool)[:, None, None, :]
+    return scores, np.broadcast_to(visible, scores.shape), v
+
+
+def alibi_attention(q, k, v, slopes, key_mask, *, fully_masked="zeros"):
+    """Causal grouped-query attention with ALiBi: head h adds -slopes[h]·(S - T + i - j) to query i's score of key j (its distance
+    back, the query at position S - T + i), after the 1/√D scaling; no rotary. (B, H, T, D) -> out (B, H, T, D), weights (B, H, T, S)."""
+    T, S = q.shape[2], k.shape[2]
+    scores, visible, v = scores_and_visible(q, k, v, True, key_mask, None)
+    distance = (np.arange(S - T, S)[:, None] - np.arange(S)[None, :]).astype(q.dtype)  # (T, S), in q's dtype (int64 would promote)
+    weights = masked_softmax(scores - np.asarray(slopes, dtype=q.dtype)[:, None, None] * distance, visible, fully_masked=fully_masked)
+    return weights @ v, weights
+
+
+def softcap(x, cap):
+    """cap·tanh(x / cap): x itself to first order, never beyond ±cap (Gemma 2's attention and final-logit softcapping)."""
+    return cap * np.tanh(x / cap)
+
+
+def softcapped_attention(q, k, v, causal, key_mask, window, cap, *, fully_masked="zeros"):
+    """gqa_attention with the scaled scores softcapped, cap·tanh(s / cap), before the mask (Gemma 2's attn_logit_softcapping):
+    a masked key gets weight 0 exactly, never e^(-cap)."""
+    scores, visible, v = scores_and_visible(q, k, v, causal, key_mask, window)
+    weights = masked_softmax(softcap(scores, cap), visible, fully_masked=fully_masked)
+    return weights @ v, weights
+
+
+def sink_attention(q, k, v, causal, key_mask, window, sinks):
+    """gqa_attention with gpt-oss's attention sinks: head h's learned logit sinks[h] joins every row's softmax as one more
+    column, which is then dropped, so a row's weights sum to 1 - its sink's share (0 in a row that sees no key)."""
+    scores, visible, v = scores_and_visible(q, k, v, causal, key_mask, window)
+    sink = np.broadcast_to(np.asarray(sinks)[:, None, None], scores.shape[:-1] + (1,))  # (B, H, T, 1)
+    seen = np.concatenate([visible, np.ones_like(visible[..., :1])], axis=-1)  # the sink is always seen
+    weights = masked_softmax(np.concatenate([scores, sink], axis=-1), seen)[..., :-1]  # (B, H, T, S): the sink's column dropped
+    return weights @ v, weights

@@ -534,3 +534,59 @@ def partial_rope(x, positions, base, partial_rotary_factor, *, pairing="half_spl
     """RoPE on the first int(D · factor) features of each head, frequencies over that width; the rest untouched."""
     rotary = rotary_width(x.shape[-1], partial_rotary_factor)
     return torch.cat([rope(x[..., :rotary], positions, base, pairing=pairing), x[..., rotary:]], dim=-1)
+
+
+# ---------------------------------------------------------------------------
+# Attention scores as shipped: ALiBi (BLOOM, MPT, Baichuan), softcapping (Gemma 2, Grok), attention sinks (gpt-oss)
+# ---------------------------------------------------------------------------
+
+
+def alibi_slopes(n_heads):
+    """ALiBi's head slopes (H,) float64: geometric from 2^(-8/H) for H a power of two; otherwise the largest power of two P's,
+    then every other slope of 2P (Press et al. 2022; BLOOM's build_alibi_tensor)."""
+    closest = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = 2.0 ** (-8.0 * torch.arange(1, closest + 1, dtype=torch.float64) / closest)
+    extra = 2.0 ** (-4.0 * (2 * torch.arange(n_heads - closest, dtype=torch.float64) + 1) / closest)  # 2P's slopes 1, 3, 5, ...
+    return torch.cat([slopes, extra])
+
+
+def scores_and_visible(q, k, v, causal, key_mask, window):
+    """q·kᵀ/√D (B, H, T, S), where each query may look (B, H, T, S) and the values (B, H, S, D) of gqa_attention's call."""
+    H, T, D = q.shape[1:]
+    S = k.shape[2]
+    k, v = repeat_kv(k, H // k.shape[1]), repeat_kv(v, H // v.shape[1])
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, S)
+    visible = visible_keys(T, S, causal, window, q.device)[None, None]
+    if key_mask is not None:
+        visible = visible & key_mask.to(torch.bool)[:, None, None, :]
+    return scores, visible.expand(scores.shape), v
+
+
+def alibi_attention(q, k, v, slopes, key_mask, *, fully_masked="zeros"):
+    """Causal GQA with ALiBi: head h adds -slopes[h]·(S - T + i - j) to query i's scaled score of key j."""
+    T, S = q.shape[2], k.shape[2]
+    scores, visible, v = scores_and_visible(q, k, v, True, key_mask, None)
+    distance = (torch.arange(S - T, S, device=q.device)[:, None] - torch.arange(S, device=q.device)[None, :]).to(q.dtype)  # (T, S)
+    weights = masked_softmax(scores - slopes.to(q.dtype)[:, None, None] * distance, visible, fully_masked=fully_masked)
+    return weights @ v, weights
+
+
+def softcap(x, cap):
+    """cap·tanh(x / cap)."""
+    return cap * torch.tanh(x / cap)
+
+
+def softcapped_attention(q, k, v, causal, key_mask, window, cap, *, fully_masked="zeros"):
+    """gqa_attention with the scaled scores softcapped before the mask (Gemma 2)."""
+    scores, visible, v = scores_and_visible(q, k, v, causal, key_mask, window)
+    weights = masked_softmax(softcap(scores, cap), visible, fully_masked=fully_masked)
+    return weights @ v, weights
+
+
+def sink_attention(q, k, v, causal, key_mask, window, sinks):
+    """gqa_attention with gpt-oss's sinks: sinks[h] joins each row's softmax as a column, then dropped."""
+    scores, visible, v = scores_and_visible(q, k, v, causal, key_mask, window)
+    sink = sinks.to(scores.dtype)[:, None, None].expand(scores.shape[:-1] + (1,))  # (B, H, T, 1)
+    seen = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
+    weights = masked_softmax(torch.cat([scores, sink], dim=-1), seen)[..., :-1]
+    return weights @ v, weights

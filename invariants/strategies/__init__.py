@@ -17,6 +17,8 @@ One module per component:
                   moe_tokens, moe_params
     routing       grouped_routing_shapes, routing_biases, grouped_routing_inputs (DeepSeek-V3), softmax_routing_inputs (Qwen3-MoE),
                   bias_update_inputs (the auxiliary-loss-free update)
+    scores        head_counts, alibi_slope_arrays, alibi_inputs (ALiBi), capped_logits, softcapped_inputs (softcapping),
+                  sink_logits, sink_inputs (attention sinks)
     rope_scaling  rope_scalings (every rope_type), rope_frequency_inputs (lengths around L_0), partial_rope_inputs
     text          corpora, token_streams, window_lengths
     decoder       the modern decoder (protocol version 2): rope_inputs, gqa_shapes, gqa_inputs (key masks, windows, a
@@ -81,6 +83,7 @@ from invariants.strategies.routing import (
     routing_biases,
     softmax_routing_inputs,
 )
+from invariants.strategies.scores import alibi_inputs, alibi_slope_arrays, capped_logits, head_counts, sink_inputs, sink_logits, softcapped_inputs
 from invariants.strategies.softmax import large_logits, logits, shifts, targets
 from invariants.strategies.text import corpora, token_streams, window_lengths
 
@@ -100,4 +103,6 @@ __all__ = [
     "GroupedRoutingShape", "bias_update_inputs", "grouped_routing_inputs", "grouped_routing_shapes", "routing_biases", "softmax_routing_inputs",
     # RoPE scaling and partial rotary
     "partial_rope_inputs", "rope_frequency_inputs", "rope_scalings",
+    # attention scores as shipped (ALiBi, softcapping, attention sinks)
+    "alibi_inputs", "alibi_slope_arrays", "capped_logits", "head_counts", "sink_inputs", "sink_logits", "softcapped_inputs",
 ]
