@@ -281,6 +281,31 @@ computes them: for H = 8, 1/2, 1/4, ..., 1/256; for H = 12 the eight of H = 8, t
 sum to `1 − e^sink / (e^sink + Σ e^s)`, and a row that sees no key gets weights 0 and output 0 whatever FULLY_MASKED_ROWS says.
 """
 
+MLA_DETAILS = """\
+**mla_attention** is DeepSeek-V2's multi-head latent attention (§2.1; DeepSeek-V3, Kimi K2; transformers'
+`DeepseekV3Attention`, DeepSeek-V3's `inference/model.py` `MLA`). params: `W_q (d, H·(D_n + D_r))` where the query is not
+compressed (DeepSeek-V2-Lite), else `W_dq (d, r_q)`, `q_norm (r_q,)`, `W_uq (r_q, H·(D_n + D_r))`; `W_dkv (d, r_kv)`,
+`kv_norm (r_kv,)`, `W_kr (d, D_r)`, `W_uk (r_kv, H·D_n)`, `W_uv (r_kv, H·D_v)`, `W_o (H·D_v, d)`. The widths are read from
+them: D_n = qk_nope_head_dim, D_r = qk_rope_head_dim (even), D_v = v_head_dim, r_q = q_lora_rank, r_kv = kv_lora_rank.
+
+```
+q = split_heads(RMSNorm(x·W_dq; q_norm)·W_uq)          # (B, H, T, D_n + D_r), or split_heads(x·W_q)
+q = [q[..., :D_n], RoPE(q[..., D_n:], positions)]       # each head: D_n position-free features, then D_r rotated
+c = RMSNorm(x·W_dkv; kv_norm)                           # (B, T, r_kv): the latent, eps 1e-5 (or RMS_NORM_EPS)
+k_r = RoPE(x·W_kr, positions)                           # (B, T, D_r): ONE RoPE key, shared by every head
+k_h = [c·W_uk_h, k_r], v_h = c·W_uv_h                   # head h's key and value
+out = merge_heads(softmax(q_h·k_hᵀ · mscale²/√(D_n + D_r), causal)·v_h)·W_o
+```
+
+`mscale` is YaRN's attention factor 0.1·mscale_all_dim·ln(factor) + 1 (DeepSeek-V3: factor 40, mscale_all_dim 1, so 1.369),
+folded squared into the softmax scale; 1 without YaRN. **mla_decode** runs the same in chunks on its own cache and answers
+the cache after the last chunk: per token the latent c and the rotated k_r, `r_kv + D_r` numbers whatever H (DeepSeek-V3:
+576 where per-head keys and values would be 128·(192 + 128) = 40,960). Any method that equals `mla_attention` is right; the
+paper's absorbed one folds W_uk into the query (q_h·W_uk_hᵀ against c) and W_uv into the output. RoPE pairs: DeepSeek's
+code rotates interleaved pairs (2i, 2i + 1) (`view_as_complex`), as transformers does with `rope_interleave = True` (its
+default); `rope_interleave = False` is half-split, for weights permuted at conversion. Declare `ROPE_PAIRING`. The
+declarations it honours: `ROPE_PAIRING`, `ROPE_THETA`, `RMS_NORM_EPS`, `ATTENTION_WEIGHTS = False`, `COMPUTE_DTYPE = "float32"`.
+"""
 
 
 
@@ -675,6 +700,30 @@ FUNCTIONS = {
             answer_form=lambda bias, tokens_per_expert, rate: floats(shape_of(bias)),
         ),
         # version 2: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
+        ProtocolFunction(
+            "mla_attention",
+            ("x", "params", "n_heads", "positions", "rope_base", "mscale"),
+            "`(out (B, T, d), weights (B, H, T, T))`, causal; `out` alone with `ATTENTION_WEIGHTS = False`",
+            "causal multi-head latent attention: keys and values from a normalised latent, a RoPE key shared by the heads",
+            arguments="x (B, T, d), params (below), int, positions (T,) int, float, mscale float (1 without YaRN)",
+            **ATTENTION, shown=("x", "n_heads", "positions", "rope_base", "mscale"), builds_on=("rms_norm", "rope", "softmax"),
+            # roundings: attention's chain after two projections in a row, a latent RMSNorm (two where the query is compressed) and RoPE
+            roundings=8, version=2, details=MLA_DETAILS,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "ROPE_THETA"),
+            answer_form=lambda x, params, n_heads, positions, rope_base, mscale: (floats(shape_of(x)), floats(heads(x, n_heads, shape_of(x)[-2]))),
+        ),
+        ProtocolFunction(
+            "mla_decode",
+            ("x", "params", "n_heads", "positions", "rope_base", "mscale", "chunks"),
+            "`(out (B, T, d), cache (B, T, r_kv + D_r))`: the cache after the last chunk",
+            "mla_attention in chunks on the implementation's own cache of each token's latent and RoPE key",
+            arguments="as `mla_attention`, and chunks (n,) int ≥ 1 summing to T",
+            outputs=("out", "cache"), floating=("out", "cache"), shown=("x", "n_heads", "positions", "rope_base", "mscale", "chunks"),
+            builds_on=("mla_attention",), roundings=8, version=2,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "ROPE_THETA"),
+            # the cache's width is the implementation's own, for the cache law to judge
+            answer_form=lambda x, params, n_heads, positions, rope_base, mscale, chunks: (floats(shape_of(x)), floats(shape_of(x)[:-1] + (None,))),
+        ),
         # version 2: RoPE scaling and partial rotary
         ProtocolFunction(
             "rope_frequencies",

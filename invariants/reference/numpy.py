@@ -607,6 +607,108 @@ def expert_bias_update(bias, tokens_per_expert, rate):
 
 
 # ---------------------------------------------------------------------------
+# Multi-head latent attention (protocol v2): DeepSeek-V2's MLA, as in DeepSeek-V3 and Kimi K2. Keys and values are
+# up-projected from one shared latent per token; a decoupled RoPE key, one for all heads, carries the position; the cache
+# holds the latent and that key only.
+#
+# Sources: DeepSeek-AI 2024 (DeepSeek-V2, arXiv 2405.04434, §2.1.2-2.1.3: the low-rank compression of keys, values and
+# queries, the decoupled RoPE query and shared key, the cache of d_c + d_h^R numbers per token, the absorption of W^UK into
+# W^UQ and of W^UV into W^O); DeepSeek-V3's inference code (inference/model.py, MLA: the RMSNorms q_norm and kv_norm on
+# the latents, softmax_scale = qk_head_dim^-0.5 · mscale², RoPE on interleaved pairs (2i, 2i + 1) through view_as_complex,
+# the "absorb" path that caches kv_norm(latent) and the rotated k_pe); transformers 5.24 (DeepseekV3Attention:
+# q_a_layernorm, kv_a_layernorm, yarn_apply_mscale, rope_interleave), whose attention these functions equal.
+# Extra letters: r_q and r_kv the query and key-value latent widths (q_lora_rank, kv_lora_rank), D_n the head width without
+# position (qk_nope_head_dim), D_r the RoPE width (qk_rope_head_dim, even), D_v the value head width (v_head_dim).
+# params: W_q (d, H·(D_n + D_r)) where there is no query compression (DeepSeek-V2-Lite), else W_dq (d, r_q), q_norm (r_q,)
+# and W_uq (r_q, H·(D_n + D_r)); W_dkv (d, r_kv), kv_norm (r_kv,), W_kr (d, D_r), W_uk (r_kv, H·D_n), W_uv (r_kv, H·D_v),
+# W_o (H·D_v, d). Each head's query columns are its D_n position-free features, then its D_r rotated ones.
+# ---------------------------------------------------------------------------
+
+
+def mla_widths(params, n_heads):
+    """(D_n, D_r, D_v): the head widths MLA's params hold."""
+    return params["W_uk"].shape[1] // n_heads, params["W_kr"].shape[1], params["W_uv"].shape[1] // n_heads
+
+
+def mla_softmax_scale(qk_nope_head_dim, qk_rope_head_dim, mscale):
+    """mscale²/√(D_n + D_r): the scale of a score over the whole query head, times YaRN's attention factor squared (1 without YaRN)."""
+    return mscale * mscale / math.sqrt(qk_nope_head_dim + qk_rope_head_dim)
+
+
+def mla_query(x, p, n_heads, positions, rope_base, *, pairing="half_split", eps=EPS):
+    """The queries (B, H, T, D_n + D_r): each head's position-free features, then its D_r features rotated at `positions`."""
+    q = x @ p["W_q"] if "W_q" in p else rms_norm(x @ p["W_dq"], p["q_norm"], eps) @ p["W_uq"]  # (B, T, H·(D_n + D_r))
+    q = split_heads(q, n_heads)  # (B, H, T, D_n + D_r)
+    D_r = p["W_kr"].shape[1]
+    return np.concatenate([q[..., :-D_r], rope(q[..., -D_r:], positions, rope_base, pairing=pairing)], axis=-1)
+
+
+def mla_latent(x, p, positions, rope_base, *, pairing="half_split", eps=EPS):
+    """What MLA caches for each token, (B, T, r_kv + D_r): the normalised latent RMSNorm(x·W_dkv), then the RoPE key rotated at
+    `positions`, one for every head. Its width does not depend on the number of heads."""
+    latent = rms_norm(x @ p["W_dkv"], p["kv_norm"], eps)  # (B, T, r_kv)
+    k_rope = rope(x @ p["W_kr"], positions, rope_base, pairing=pairing)  # (B, T, D_r)
+    return np.concatenate([latent, k_rope], axis=-1)
+
+
+def mla_attention(x, params, n_heads, positions, rope_base=ROPE_BASE, mscale=1.0, *, pairing="half_split", eps=EPS):
+    """Causal multi-head latent attention, the naive way: keys and values up-projected per head. -> out (B, T, d), weights (B, H, T, T).
+
+    Head h's key is [latent·W_uk_h, k_rope] (the RoPE key shared by every head), its value latent·W_uv_h; the scores are
+    scaled by mscale²/√(D_n + D_r). x (B, T, d) sits at `positions` (T,) int; causal by index.
+    """
+    p = params
+    D_n, D_r, _ = mla_widths(p, n_heads)
+    q = mla_query(x, p, n_heads, positions, rope_base, pairing=pairing, eps=eps)  # (B, H, T, D_n + D_r)
+    cache = mla_latent(x, p, positions, rope_base, pairing=pairing, eps=eps)  # (B, T, r_kv + D_r)
+    latent, k_rope = cache[..., :-D_r], cache[..., -D_r:]
+    k_nope = split_heads(latent @ p["W_uk"], n_heads)  # (B, H, T, D_n)
+    k = np.concatenate([k_nope, np.broadcast_to(k_rope[:, None], (*k_nope.shape[:-1], D_r))], axis=-1)  # (B, H, T, D_n + D_r)
+    v = split_heads(latent @ p["W_uv"], n_heads)  # (B, H, T, D_v)
+    T = x.shape[1]
+    scores = q @ k.swapaxes(-1, -2) * mla_softmax_scale(D_n, D_r, mscale)  # (B, H, T, T)
+    weights = masked_softmax(scores, np.broadcast_to(visible_keys(T, T), scores.shape))
+    return merge_heads(weights @ v) @ p["W_o"], weights  # (B, T, H·D_v) x (H·D_v, d) -> (B, T, d)
+
+
+def mla_absorbed(q, cache, p, n_heads, mscale):
+    """Attention of the last T of S cached tokens, absorbed: W_uk folded into the queries, W_uv applied after the weights, so no
+    per-head key or value is ever formed. q (B, H, T, D_n + D_r), cache (B, S, r_kv + D_r) -> (B, H, T, D_v)."""
+    D_n, D_r, D_v = mla_widths(p, n_heads)
+    r_kv = p["W_uk"].shape[0]
+    W_uk = p["W_uk"].reshape(r_kv, n_heads, D_n)  # (r_kv, H, D_n)
+    W_uv = p["W_uv"].reshape(r_kv, n_heads, D_v)  # (r_kv, H, D_v)
+    latent, k_rope = cache[:, None, :, :-D_r], cache[:, None, :, -D_r:]  # (B, 1, S, r_kv), (B, 1, S, D_r)
+    q_latent = np.einsum("bhtn,rhn->bhtr", q[..., :D_n], W_uk)  # (B, H, T, r_kv): q_nope·W_uk_hᵀ
+    scores = (q_latent @ latent.swapaxes(-1, -2) + q[..., D_n:] @ k_rope.swapaxes(-1, -2)) * mla_softmax_scale(D_n, D_r, mscale)
+    T, S = q.shape[2], cache.shape[1]
+    weights = masked_softmax(scores, np.broadcast_to(visible_keys(T, S), scores.shape))  # (B, H, T, S)
+    return np.einsum("bhtr,rhv->bhtv", weights @ latent, W_uv)  # (B, H, T, r_kv) -> (B, H, T, D_v)
+
+
+def mla_decode(x, params, n_heads, positions, rope_base=ROPE_BASE, mscale=1.0, chunks=None, *, pairing="half_split", eps=EPS):
+    """MLA over x (B, T, d) in chunks, each attending to the cache of the tokens before it and itself, absorbed.
+    -> (out (B, T, d), the cache (B, T, r_kv + D_r): mla_latent of every token, in order).
+
+    chunks: positive ints summing to T (None: one chunk). Each chunk's tokens sit at their own `positions`.
+    """
+    T = x.shape[1]
+    chunks = [T] if chunks is None else [int(n) for n in np.asarray(chunks).reshape(-1)]
+    if any(n < 1 for n in chunks) or sum(chunks) != T:
+        raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
+    positions = np.asarray(positions)
+    outs, cached, start = [], [], 0
+    for n in chunks:
+        new, at = x[:, start : start + n], positions[start : start + n]
+        cached.append(mla_latent(new, params, at, rope_base, pairing=pairing, eps=eps))  # (B, n, r_kv + D_r): appended, never recomputed
+        cache = np.concatenate(cached, axis=1)  # (B, start + n, r_kv + D_r)
+        q = mla_query(new, params, n_heads, at, rope_base, pairing=pairing, eps=eps)  # (B, H, n, D_n + D_r)
+        outs.append(merge_heads(mla_absorbed(q, cache, params, n_heads, mscale)) @ params["W_o"])  # (B, n, d)
+        start += n
+    return np.concatenate(outs, axis=1), cache
+
+
+# ---------------------------------------------------------------------------
 # RoPE scaling and partial rotary (protocol v2): the inverse frequencies and the attention factor of a scaled RoPE at a
 # sequence length (linear, dynamic NTK, Llama 3.1's llama3, YaRN, LongRoPE), the softmax scale DeepSeek folds YaRN's mscale
 # into, and RoPE on the first part of each head only.

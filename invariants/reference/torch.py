@@ -475,6 +475,82 @@ def expert_bias_update(bias, tokens_per_expert, rate):
 
 
 # ---------------------------------------------------------------------------
+# Multi-head latent attention (protocol v2): the twin of the same section of reference.numpy (read it there for the sources).
+# ---------------------------------------------------------------------------
+
+
+def mla_widths(params, n_heads):
+    """(D_n, D_r, D_v): the head widths MLA's params hold."""
+    return params["W_uk"].shape[1] // n_heads, params["W_kr"].shape[1], params["W_uv"].shape[1] // n_heads
+
+
+def mla_softmax_scale(qk_nope_head_dim, qk_rope_head_dim, mscale):
+    """mscale²/√(D_n + D_r): the scale of a score over the whole query head, times YaRN's attention factor squared."""
+    return mscale * mscale / math.sqrt(qk_nope_head_dim + qk_rope_head_dim)
+
+
+def mla_query(x, p, n_heads, positions, rope_base, *, pairing="half_split", eps=EPS):
+    """The queries (B, H, T, D_n + D_r): each head's position-free features, then its D_r features rotated at `positions`."""
+    q = x @ p["W_q"] if "W_q" in p else rms_norm(x @ p["W_dq"], p["q_norm"], eps) @ p["W_uq"]  # (B, T, H·(D_n + D_r))
+    q = split_heads(q, n_heads)  # (B, H, T, D_n + D_r)
+    D_r = p["W_kr"].shape[1]
+    return torch.cat([q[..., :-D_r], rope(q[..., -D_r:], positions, rope_base, pairing=pairing)], dim=-1)
+
+
+def mla_latent(x, p, positions, rope_base, *, pairing="half_split", eps=EPS):
+    """What MLA caches for each token, (B, T, r_kv + D_r): RMSNorm(x·W_dkv), then the RoPE key shared by every head."""
+    latent = rms_norm(x @ p["W_dkv"], p["kv_norm"], eps)  # (B, T, r_kv)
+    return torch.cat([latent, rope(x @ p["W_kr"], positions, rope_base, pairing=pairing)], dim=-1)
+
+
+def mla_attention(x, params, n_heads, positions, rope_base=ROPE_BASE, mscale=1.0, *, pairing="half_split", eps=EPS):
+    """Causal multi-head latent attention, keys and values up-projected per head: out (B, T, d), weights (B, H, T, T)."""
+    p = params
+    D_n, D_r, _ = mla_widths(p, n_heads)
+    q = mla_query(x, p, n_heads, positions, rope_base, pairing=pairing, eps=eps)  # (B, H, T, D_n + D_r)
+    cache = mla_latent(x, p, positions, rope_base, pairing=pairing, eps=eps)  # (B, T, r_kv + D_r)
+    latent, k_rope = cache[..., :-D_r], cache[..., -D_r:]
+    k_nope = split_heads(latent @ p["W_uk"], n_heads)  # (B, H, T, D_n)
+    k = torch.cat([k_nope, k_rope[:, None].expand(*k_nope.shape[:-1], D_r)], dim=-1)  # (B, H, T, D_n + D_r)
+    v = split_heads(latent @ p["W_uv"], n_heads)  # (B, H, T, D_v)
+    T = x.shape[1]
+    scores = q @ k.transpose(-2, -1) * mla_softmax_scale(D_n, D_r, mscale)  # (B, H, T, T)
+    weights = masked_softmax(scores, visible_keys(T, T, device=x.device).expand(scores.shape))
+    return merge_heads(weights @ v) @ p["W_o"], weights  # (B, T, d)
+
+
+def mla_absorbed(q, cache, p, n_heads, mscale):
+    """Attention of the last T of S cached tokens with W_uk folded into the queries and W_uv after the weights: (B, H, T, D_v)."""
+    D_n, D_r, D_v = mla_widths(p, n_heads)
+    r_kv = p["W_uk"].shape[0]
+    W_uk, W_uv = p["W_uk"].reshape(r_kv, n_heads, D_n), p["W_uv"].reshape(r_kv, n_heads, D_v)
+    latent, k_rope = cache[:, None, :, :-D_r], cache[:, None, :, -D_r:]  # (B, 1, S, r_kv), (B, 1, S, D_r)
+    q_latent = torch.einsum("bhtn,rhn->bhtr", q[..., :D_n], W_uk)  # (B, H, T, r_kv)
+    scores = (q_latent @ latent.transpose(-2, -1) + q[..., D_n:] @ k_rope.transpose(-2, -1)) * mla_softmax_scale(D_n, D_r, mscale)
+    T, S = q.shape[2], cache.shape[1]
+    weights = masked_softmax(scores, visible_keys(T, S, device=q.device).expand(scores.shape))  # (B, H, T, S)
+    return torch.einsum("bhtr,rhv->bhtv", weights @ latent, W_uv)  # (B, H, T, D_v)
+
+
+def mla_decode(x, params, n_heads, positions, rope_base=ROPE_BASE, mscale=1.0, chunks=None, *, pairing="half_split", eps=EPS):
+    """MLA over x (B, T, d) in chunks on its latent cache, absorbed: (out (B, T, d), the cache (B, T, r_kv + D_r))."""
+    T = x.shape[1]
+    chunks = [T] if chunks is None else [int(n) for n in torch.as_tensor(chunks).reshape(-1)]
+    if any(n < 1 for n in chunks) or sum(chunks) != T:
+        raise ValueError(f"chunks {chunks} must be positive and sum to the sequence length {T}")
+    positions = torch.as_tensor(positions)
+    outs, cached, start = [], [], 0
+    for n in chunks:
+        new, at = x[:, start : start + n], positions[start : start + n]
+        cached.append(mla_latent(new, params, at, rope_base, pairing=pairing, eps=eps))  # appended, never recomputed
+        cache = torch.cat(cached, dim=1)  # (B, start + n, r_kv + D_r)
+        q = mla_query(new, params, n_heads, at, rope_base, pairing=pairing, eps=eps)
+        outs.append(merge_heads(mla_absorbed(q, cache, params, n_heads, mscale)) @ params["W_o"])  # (B, n, d)
+        start += n
+    return torch.cat(outs, dim=1), cache
+
+
+# ---------------------------------------------------------------------------
 # RoPE scaling and partial rotary (protocol v2): the twin of the same section of reference.numpy (read it there); the
 # scalar settings (YaRN's correction range and magnitude, the rotated width) are computed once, there.
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ One module per component:
                   bias_update_inputs (the auxiliary-loss-free update)
     scores        head_counts, alibi_slope_arrays, alibi_inputs (ALiBi), capped_logits, softcapped_inputs (softcapping),
                   sink_logits, sink_inputs (attention sinks)
+    mla           mla_inputs, mla_decode_inputs (DeepSeek-V2/V3's latent attention: compressed or plain queries, YaRN's mscale), yarn_mscale
     rope_scaling  rope_scalings (every rope_type), rope_frequency_inputs (lengths around L_0), partial_rope_inputs
     text          corpora, token_streams, window_lengths
     decoder       the modern decoder (protocol version 2): rope_inputs, gqa_shapes, gqa_inputs (key masks, windows, a
@@ -71,6 +72,7 @@ from invariants.strategies.decoder import (
     swiglu_inputs,
 )
 from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
+from invariants.strategies.mla import MSCALES, mla_decode_inputs, mla_inputs, yarn_mscale
 from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
 from invariants.strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
@@ -103,6 +105,8 @@ __all__ = [
     "GroupedRoutingShape", "bias_update_inputs", "grouped_routing_inputs", "grouped_routing_shapes", "routing_biases", "softmax_routing_inputs",
     # RoPE scaling and partial rotary
     "partial_rope_inputs", "rope_frequency_inputs", "rope_scalings",
+    # multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
+    "MSCALES", "mla_decode_inputs", "mla_inputs", "yarn_mscale",
     # attention scores as shipped (ALiBi, softcapping, attention sinks)
     "alibi_inputs", "alibi_slope_arrays", "capped_logits", "head_counts", "sink_inputs", "sink_logits", "softcapped_inputs",
 ]
