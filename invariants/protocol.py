@@ -307,6 +307,15 @@ default); `rope_interleave = False` is half-split, for weights permuted at conve
 declarations it honours: `ROPE_PAIRING`, `ROPE_THETA`, `RMS_NORM_EPS`, `ATTENTION_WEIGHTS = False`, `COMPUTE_DTYPE = "float32"`.
 """
 
+GEMMA_DETAILS = """\
+**geglu** is Gemma's MLP (Gemma 1, 2 and 3; transformers' `Gemma3MLP`): `down_proj(GELU(gate_proj(x)) * up_proj(x))` with the
+tanh GELU (`gelu_pytorch_tanh`), the form Gemma's checkpoints were trained with; the exact GELU is another function
+(huggingface/transformers#29402, mlc-ai/mlc-llm#2106). GELU_FORM does not apply to it. **scaled_embedding** multiplies the rows
+`table[ids]` by √d rounded to the table's dtype first (`Gemma3TextScaledWordEmbedding`: `embed_scale.to(weight.dtype)`): in
+bfloat16 √3072 = 55.43 becomes 55.5 and √2048 = 45.25 stays, and a product with 55.43 rounded afterwards differs from Gemma's.
+**gemma_rms_norm** is `Gemma3RMSNorm`: `x / √(mean(x²) + eps) · (1 + w)`, with x, w and the whole product in float32 (or wider)
+and one rounding back to x's dtype; Llama rounds the normalised x to its dtype and then multiplies by its gain.
+"""
 
 
 FUNCTIONS = {
@@ -820,6 +829,38 @@ FUNCTIONS = {
                                                                           floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
         ),
         # version 2: Gemma's details
+        ProtocolFunction(
+            "geglu",
+            ("x", "W_gate", "W_up", "W_down"),
+            "(..., d): (GELU_tanh(x·W_gate) ⊙ x·W_up)·W_down",
+            "GeGLU with the tanh GELU (Gemma's MLP, gelu_pytorch_tanh)",
+            arguments="x (..., d), W_gate and W_up (d, F), W_down (F, d)",
+            # roundings: swiglu's, GELU's tanh in place of SiLU's exp
+            shown=("x", "W_gate"), builds_on=("gelu",), roundings=4, version=2, details=GEMMA_DETAILS,
+            leaks="geglu's answer is not in x's dtype: GELU's √(2/π) is np.sqrt(2 / np.pi), a numpy float64 scalar",
+            answer_form=lambda x, W_gate, W_up, W_down: floats(shape_of(x)[:-1] + shape_of(W_down)[-1:]),
+        ),
+        ProtocolFunction(
+            "scaled_embedding",
+            ("ids", "table"),
+            "(..., d): table[ids] · √d, the normaliser √d rounded to the table's dtype first",
+            "Gemma's embedding: the rows times √d_model in the model's dtype",
+            arguments="ids (...) int in [0, V), table (V, d)",
+            shown=("ids", "table"), version=2,
+            leaks="scaled_embedding's answer is not in the table's dtype: √d is a numpy float64 scalar (np.sqrt(d))",
+            answer_form=lambda ids, table: floats(shape_of(ids) + shape_of(table)[-1:]),
+        ),
+        ProtocolFunction(
+            "gemma_rms_norm",
+            ("x", "w", "eps"),
+            "(..., d): x / √(mean(x²) + eps) · (1 + w), in float32 at least, rounded to x's dtype once",
+            "Gemma's RMSNorm: the gain 1 + w, applied before the cast back",
+            arguments="x (..., d), w (d,), eps float",
+            # roundings: the mean square, the root, the division, the gain: all in float32 or wider, then one rounding to x's dtype
+            shown=("x", "eps"), builds_on=("rms_norm",), roundings=2, version=2,
+            leaks="gemma_rms_norm's answer is not in x's dtype: the float32 result never cast back, or 1 + w made a float64 array",
+            answer_form=lambda x, w, eps: floats(broadcast(x, w)),
+        ),
         # version 2: per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2's max_window_layers)
     )
 }

@@ -892,3 +892,35 @@ def sink_attention(q, k, v, causal, key_mask, window, sinks):
     seen = np.concatenate([visible, np.ones_like(visible[..., :1])], axis=-1)  # the sink is always seen
     weights = masked_softmax(np.concatenate([scores, sink], axis=-1), seen)[..., :-1]  # (B, H, T, S): the sink's column dropped
     return weights @ v, weights
+
+
+# ---------------------------------------------------------------------------
+# Gemma's details (protocol v2): GeGLU with the tanh GELU, the scaled embedding, RMSNorm's (1 + w) in float32
+# ---------------------------------------------------------------------------
+# Sources: Gemma Team 2024 (Gemma §2: GeGLU, the embedding scaled by √d_model, RMSNorm); transformers' modeling_gemma3.py
+# (Gemma3MLP with gelu_pytorch_tanh, Gemma3TextScaledWordEmbedding, Gemma3RMSNorm), as huggingface/transformers#29402 aligned
+# them with Google's code (google/gemma_pytorch#67 did the same there).
+
+
+def geglu(x, W_gate, W_up, W_down):
+    """GeGLU feed-forward: (GELU(x·W_gate) ⊙ x·W_up)·W_down with the tanh GELU (Gemma's gelu_pytorch_tanh). (..., d) -> (..., d)."""
+    return (gelu(x @ W_gate) * (x @ W_up)) @ W_down  # (..., F) ⊙ (..., F) -> (..., F) x (F, d) -> (..., d)
+
+
+def scaled_embedding(ids, table):
+    """Gemma's embedding: the rows table[ids] times √d rounded to the table's dtype (55.5 for d = 3072 in bfloat16, not 55.43).
+
+    (...) int, (V, d) -> (..., d).
+    """
+    normaliser = np.asarray(math.sqrt(table.shape[-1]), dtype=table.dtype)  # rounded to the dtype first, as Gemma does
+    return table[ids] * normaliser
+
+
+def gemma_rms_norm(x, w, eps):
+    """Gemma's RMSNorm: x / √(mean(x²) + eps) · (1 + w), computed in float32 at least and rounded back to x's dtype once.
+
+    (..., d), (d,) -> (..., d). Llama rounds the normalised x to its dtype before the gain; Gemma multiplies by (1 + w) first.
+    """
+    work = np.promote_types(x.dtype, np.float32)  # 16-bit inputs upcast
+    y = x.astype(work)
+    return (y / np.sqrt((y * y).mean(axis=-1, keepdims=True) + eps) * (1 + w.astype(work))).astype(x.dtype)

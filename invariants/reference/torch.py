@@ -666,3 +666,27 @@ def sink_attention(q, k, v, causal, key_mask, window, sinks):
     seen = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
     weights = masked_softmax(torch.cat([scores, sink], dim=-1), seen)[..., :-1]
     return weights @ v, weights
+
+
+# ---------------------------------------------------------------------------
+# Gemma's details (protocol v2): GeGLU with the tanh GELU, the scaled embedding, RMSNorm's (1 + w) in float32
+# (reference.numpy cites the sources)
+# ---------------------------------------------------------------------------
+
+
+def geglu(x, W_gate, W_up, W_down):
+    """GeGLU feed-forward: (GELU(x·W_gate) ⊙ x·W_up)·W_down with the tanh GELU (Gemma's gelu_pytorch_tanh). (..., d) -> (..., d)."""
+    return (gelu(x @ W_gate) * (x @ W_up)) @ W_down
+
+
+def scaled_embedding(ids, table):
+    """Gemma's embedding: the rows table[ids] times √d rounded to the table's dtype. (...) int, (V, d) -> (..., d)."""
+    normaliser = torch.tensor(math.sqrt(table.shape[-1]), dtype=table.dtype, device=table.device)  # rounded to the dtype first
+    return table[ids] * normaliser
+
+
+def gemma_rms_norm(x, w, eps):
+    """Gemma's RMSNorm: x / √(mean(x²) + eps) · (1 + w), computed in float32 at least and rounded back to x's dtype once."""
+    work = torch.promote_types(x.dtype, torch.float32)
+    y = x.to(work)
+    return (y / torch.sqrt((y * y).mean(dim=-1, keepdim=True) + eps) * (1 + w.to(work))).to(x.dtype)

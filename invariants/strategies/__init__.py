@@ -19,6 +19,7 @@ One module per component:
                   bias_update_inputs (the auxiliary-loss-free update)
     scores        head_counts, alibi_slope_arrays, alibi_inputs (ALiBi), capped_logits, softcapped_inputs (softcapping),
                   sink_logits, sink_inputs (attention sinks)
+    gemma         gemma_norm_weights, gemma_norm_inputs (Gemma's (1 + w) RMSNorm), embedding_widths, scaled_embedding_inputs
     mla           mla_inputs, mla_decode_inputs (DeepSeek-V2/V3's latent attention: compressed or plain queries, YaRN's mscale), yarn_mscale
     rope_scaling  rope_scalings (every rope_type), rope_frequency_inputs (lengths around L_0), partial_rope_inputs
     text          corpora, token_streams, window_lengths
@@ -72,6 +73,7 @@ from invariants.strategies.decoder import (
     swiglu_inputs,
 )
 from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
+from invariants.strategies.gemma import GEMMA_WIDTHS, embedding_widths, gemma_norm_inputs, gemma_norm_weights, scaled_embedding_inputs
 from invariants.strategies.mla import MSCALES, mla_decode_inputs, mla_inputs, yarn_mscale
 from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
@@ -101,6 +103,8 @@ __all__ = [
     "gqa_inputs", "gqa_shapes", "init_decoder_block_params", "init_llama_block_params", "init_llama_params", "llama_block_params",
     "llama_configs", "llama_params", "position_runs", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
     "masked_router_logits",
+    # Gemma's details (the (1 + w) norm, the scaled embedding)
+    "GEMMA_WIDTHS", "embedding_widths", "gemma_norm_inputs", "gemma_norm_weights", "scaled_embedding_inputs",
     # MoE routing as shipped (DeepSeek-V3, Qwen3-MoE)
     "GroupedRoutingShape", "bias_update_inputs", "grouped_routing_inputs", "grouped_routing_shapes", "routing_biases", "softmax_routing_inputs",
     # RoPE scaling and partial rotary
