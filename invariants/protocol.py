@@ -317,6 +317,16 @@ bfloat16 √3072 = 55.43 becomes 55.5 and √2048 = 45.25 stays, and a product w
 and one rounding back to x's dtype; Llama rounds the normalised x to its dtype and then multiplies by its gain.
 """
 
+LAYER_TYPES_DETAILS = """\
+**hybrid_logits** and **hybrid_decode** take transformers' `layer_types`, one per block: `"sliding_attention"` (a local layer:
+each query sees its last `window` keys, itself included, with RoPE base `rope_bases["sliding_attention"]`) or `"full_attention"`
+(a global layer: every earlier key, RoPE base `rope_bases["full_attention"]`). Gemma 2 alternates them from a sliding layer 0
+(window 4096, one base 10,000); Gemma 3 has five local layers to one global (`layer_types[i]` full where (i + 1) % 6 == 0; window
+1024; bases 10,000 local and 1,000,000 global); gpt-oss alternates from a sliding layer 0 (window 128); Qwen2 with
+`use_sliding_window` has its first `max_window_layers` layers full and the rest sliding. A model with one type everywhere is
+`llama_logits` (every layer full: no window; every layer sliding: that window). **hybrid_decode**'s cache may keep only the last
+w − 1 positions (or more) in a sliding layer and must keep every position in a full one.
+"""
 
 FUNCTIONS = {
     f.name: f
@@ -862,6 +872,34 @@ FUNCTIONS = {
             answer_form=lambda x, w, eps: floats(broadcast(x, w)),
         ),
         # version 2: per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2's max_window_layers)
+        ProtocolFunction(
+            "hybrid_logits",
+            ("ids", "params", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases"),
+            "(B, T, V): `llama_logits`, block i with the window and RoPE base of its type; `ValueError` for ids ∉ [0, V)",
+            "a Llama-style LM whose layers are local (sliding) or global (full), each type with its own RoPE base",
+            arguments=("ids (B, T) int, params as `llama_logits`, ints, layer_types (L,) str, window int ≥ 1 or None (no sliding layer), "
+                       "rope_bases {layer type: float}"),
+            outputs=("logits",), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases"),
+            builds_on=("llama_logits",), version=2, details=LAYER_TYPES_DETAILS,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "CHUNKS_WITHIN_WINDOW"),
+            leaks="hybrid_logits' answer is not in the params' dtype: the final norm or the head upcast",
+            answer_form=lambda ids, params, *rest: floats(shape_of(ids) + shape_of(params["embed"])[:1]),
+        ),
+        ProtocolFunction(
+            "hybrid_decode",
+            ("ids", "params", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases", "chunks"),
+            "as `llama_decode`: `(logits (B, T, V), cache_positions (n, L, H_kv, S) int)` or `(logits, cache_sizes (n,) int)`",
+            "hybrid_logits in chunks on the implementation's own cache: sliding layers may keep only the last w keys, full ones keep all",
+            arguments="as `hybrid_logits`, and chunks (n,) int ≥ 1 summing to T",
+            outputs=("logits", "cache_sizes"), floating=("logits",),
+            shown=("ids", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases", "chunks"),
+            builds_on=("hybrid_logits", "llama_decode"), version=2,
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "MAX_DECODE_CHUNK", "CHUNKS_WITHIN_WINDOW"),
+            leaks="hybrid_decode's logits are not in the params' dtype: the cache or the head upcast",
+            answer_form=lambda ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, chunks: (
+                floats(shape_of(ids) + shape_of(params["embed"])[:1]),
+                Either((ints((chunk_count(chunks), len(params["blocks"]), None, None)), ints((chunk_count(chunks),))))),
+        ),
     )
 }
 

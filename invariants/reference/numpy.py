@@ -479,6 +479,13 @@ def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
     layer's keys and values with their positions: after t tokens, positions 0 .. t - 1 once each, which
     cache_positions (n, L, H_kv, S) reports after each chunk (-1 in the slots not yet filled).
     """
+    return decode_layers(ids, params, n_heads, n_kv_heads, [(window, rope_base)] * len(params["blocks"]), chunks, pairing=pairing,
+                         eps=eps)
+
+
+def decode_layers(ids, params, n_heads, n_kv_heads, layers, chunks=None, *, pairing="half_split", eps=EPS):
+    """llama_decode with each layer's own attention: layers [(window or None, rope_base)], one per block (Gemma 2 and 3, gpt-oss,
+    Qwen2's max_window_layers: hybrid_decode). -> (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
     ids = np.asarray(ids)
     check_vocab_ids(ids, params["embed"].shape[0])
     T = ids.shape[1]
@@ -490,7 +497,7 @@ def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
     for n in chunks:
         x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
         positions = chunk_positions(start, n)  # past_length + i, not i
-        for layer, block in enumerate(params["blocks"]):
+        for layer, (block, (window, rope_base)) in enumerate(zip(params["blocks"], layers, strict=True)):
             x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
                                                pairing=pairing, eps=eps)
         logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, d) x (d, V) -> (B, n, V)
@@ -924,3 +931,41 @@ def gemma_rms_norm(x, w, eps):
     work = np.promote_types(x.dtype, np.float32)  # 16-bit inputs upcast
     y = x.astype(work)
     return (y / np.sqrt((y * y).mean(axis=-1, keepdims=True) + eps) * (1 + w.astype(work))).astype(x.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Per-layer attention types (protocol v2): local (sliding-window) and global (full) layers in one model, each type with its
+# own RoPE base, read from a config's layer_types.
+#
+# Sources: Gemma Team 2024 (Gemma 2 §2: local sliding-window attention of 4096 tokens and global attention alternating, one
+# layer in two) and 2025 (Gemma 3 §2.2: five local layers to one global, window 1024, RoPE base 10k on local layers and 1M on
+# global ones); OpenAI 2025 (the gpt-oss model card: banded-window layers of 128 tokens alternating with full ones); Qwen2's
+# configuration (the first max_window_layers layers full, the rest sliding where use_sliding_window); transformers 5.24,
+# whose configs spell every one as layer_types, a list of "sliding_attention" / "full_attention", and whose Gemma 3 keys
+# rope_parameters by those names.
+# ---------------------------------------------------------------------------
+
+LAYER_TYPES = ("sliding_attention", "full_attention")  # transformers' names: a window of `window` keys, or every key
+
+
+def layer_attention(layer_types, window, rope_bases):
+    """[(window or None, RoPE base)] per layer: a "sliding_attention" layer sees its last `window` keys at rope_bases["sliding_attention"],
+    a "full_attention" one every key at rope_bases["full_attention"]; ValueError for any other type."""
+    unknown = sorted({str(t) for t in layer_types} - set(LAYER_TYPES))
+    if unknown:
+        raise ValueError(f"layer types {unknown} are not {' or '.join(LAYER_TYPES)}")
+    return [(window if kind == "sliding_attention" else None, float(rope_bases[kind])) for kind in layer_types]
+
+
+def hybrid_decode(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, chunks=None, *, pairing="half_split", eps=EPS):
+    """llama_decode with per-layer attention types (layer_attention): (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
+    if len(layer_types) != len(params["blocks"]):
+        raise ValueError(f"{len(layer_types)} layer types for {len(params['blocks'])} blocks")
+    return decode_layers(ids, params, n_heads, n_kv_heads, layer_attention(layer_types, window, rope_bases), chunks, pairing=pairing,
+                         eps=eps)
+
+
+def hybrid_logits(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, *, pairing="half_split", eps=EPS):
+    """llama_logits with per-layer attention types: layer i sliding (window, rope_bases["sliding_attention"]) or full. (B, T) -> (B, T, V)."""
+    logits, _ = hybrid_decode(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, [np.shape(ids)[1]], pairing=pairing, eps=eps)
+    return logits

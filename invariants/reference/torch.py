@@ -380,6 +380,13 @@ def cache_positions(caches, n_kv_heads):
 
 def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=None, chunks=None, *, pairing="half_split", eps=EPS):
     """A prefill of chunks[0] tokens, then each further chunk on the cache: (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
+    return decode_layers(ids, params, n_heads, n_kv_heads, [(window, rope_base)] * len(params["blocks"]), chunks, pairing=pairing,
+                         eps=eps)
+
+
+def decode_layers(ids, params, n_heads, n_kv_heads, layers, chunks=None, *, pairing="half_split", eps=EPS):
+    """llama_decode with each layer's own attention: layers [(window or None, rope_base)], one per block (Gemma 2 and 3, gpt-oss,
+    Qwen2's max_window_layers: hybrid_decode). -> (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
     check_vocab_ids(ids, params["embed"].shape[0])
     T = ids.shape[1]
     chunks = [T] if chunks is None else [int(n) for n in torch.as_tensor(chunks).reshape(-1)]
@@ -390,7 +397,7 @@ def llama_decode(ids, params, n_heads, n_kv_heads, rope_base=ROPE_BASE, window=N
     for n in chunks:
         x = params["embed"][ids[:, start : start + n]]  # (B, n, d)
         positions = chunk_positions(start, n)  # past_length + i, not i
-        for layer, block in enumerate(params["blocks"]):
+        for layer, (block, (window, rope_base)) in enumerate(zip(params["blocks"], layers, strict=True)):
             x, cache[layer] = llama_block_step(x, block, n_heads, n_kv_heads, rope_base, window, positions, cache[layer],
                                                pairing=pairing, eps=eps)
         logits.append(rms_norm(x, params["norm"], eps) @ params["W_out"])  # (B, n, V)
@@ -690,3 +697,33 @@ def gemma_rms_norm(x, w, eps):
     work = torch.promote_types(x.dtype, torch.float32)
     y = x.to(work)
     return (y / torch.sqrt((y * y).mean(dim=-1, keepdim=True) + eps) * (1 + w.to(work))).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Per-layer attention types (protocol v2): local and global layers, each type with its own RoPE base (sources: numpy.py)
+# ---------------------------------------------------------------------------
+
+LAYER_TYPES = ("sliding_attention", "full_attention")  # transformers' names: a window of `window` keys, or every key
+
+
+def layer_attention(layer_types, window, rope_bases):
+    """[(window or None, RoPE base)] per layer: a "sliding_attention" layer sees its last `window` keys at rope_bases["sliding_attention"],
+    a "full_attention" one every key at rope_bases["full_attention"]; ValueError for any other type."""
+    unknown = sorted({str(t) for t in layer_types} - set(LAYER_TYPES))
+    if unknown:
+        raise ValueError(f"layer types {unknown} are not {' or '.join(LAYER_TYPES)}")
+    return [(window if kind == "sliding_attention" else None, float(rope_bases[kind])) for kind in layer_types]
+
+
+def hybrid_decode(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, chunks=None, *, pairing="half_split", eps=EPS):
+    """llama_decode with per-layer attention types (layer_attention): (logits (B, T, V), cache_positions (n, L, H_kv, S))."""
+    if len(layer_types) != len(params["blocks"]):
+        raise ValueError(f"{len(layer_types)} layer types for {len(params['blocks'])} blocks")
+    return decode_layers(ids, params, n_heads, n_kv_heads, layer_attention(layer_types, window, rope_bases), chunks, pairing=pairing,
+                         eps=eps)
+
+
+def hybrid_logits(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, *, pairing="half_split", eps=EPS):
+    """llama_logits with per-layer attention types: layer i sliding (window, rope_bases["sliding_attention"]) or full. (B, T) -> (B, T, V)."""
+    logits, _ = hybrid_decode(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, [ids.shape[1]], pairing=pairing, eps=eps)
+    return logits

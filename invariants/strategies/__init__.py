@@ -74,6 +74,7 @@ from invariants.strategies.decoder import (
 )
 from invariants.strategies.feed_forward import feed_forward_weights, hidden_states
 from invariants.strategies.gemma import GEMMA_WIDTHS, embedding_widths, gemma_norm_inputs, gemma_norm_weights, scaled_embedding_inputs
+from invariants.strategies.layer_types import HybridConfig, gemma_layer_types, hybrid_configs, qwen2_layer_types
 from invariants.strategies.mla import MSCALES, mla_decode_inputs, mla_inputs, yarn_mscale
 from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
 from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
@@ -113,4 +114,6 @@ __all__ = [
     "MSCALES", "mla_decode_inputs", "mla_inputs", "yarn_mscale",
     # attention scores as shipped (ALiBi, softcapping, attention sinks)
     "alibi_inputs", "alibi_slope_arrays", "capped_logits", "head_counts", "sink_inputs", "sink_logits", "softcapped_inputs",
+    # per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2)
+    "HybridConfig", "gemma_layer_types", "hybrid_configs", "qwen2_layer_types",
 ]
