@@ -5,15 +5,15 @@ import importlib
 import pytest
 
 from invariants.inputs import VALID_INPUTS, valid_inputs
-from invariants.protocol import FUNCTIONS
+from invariants.protocol import FUNCTIONS, ROUNDINGS
 from invariants.registry import COMPONENTS, all_invariants, discover_components
-from invariants.tolerance import ROUNDINGS
 
 all_invariants()  # at collection: an inline pytester run in another test module unloads what it imported, and a re-import registers twice
 
 # The lesson order before discovery: test ids, the kill matrix's first failure and the diagnosis depend on it.
-LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "rope", "gqa", "masking", "swiglu",
-                "llama", "decoding", "qk_norm", "cross_attention", "counts", "course", "dtypes", "shapes", "finite")
+LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "routing", "scores", "rope",
+                "rope_scaling", "gemma", "gqa", "masking", "swiglu", "llama", "decoding", "layer_types", "qk_norm", "mla", "cross_attention",
+                "counts", "course", "dtypes", "shapes", "finite")
 
 
 def test_components_are_discovered_in_the_lesson_order():
@@ -51,12 +51,17 @@ def test_a_component_registers_its_own_drawer_once():
 
 def test_rounding_budgets_are_the_entries():
     assert ROUNDINGS == {name: entry.roundings for name, entry in FUNCTIONS.items() if entry.roundings is not None}
-    assert ROUNDINGS == {"attention": 8, "rope": 4, "gqa_attention": 8, "swiglu": 4, "llama_block": 8, "cross_attention": 8, "qk_norm_attention": 8}
+    assert ROUNDINGS == {"attention": 8, "rope": 4, "gqa_attention": 8, "swiglu": 4, "llama_block": 8, "cross_attention": 8, "qk_norm_attention": 8,
+                         "mla_attention": 8, "mla_decode": 8, "partial_rope": 4, "alibi_attention": 8, "softcap": 3, "softcapped_attention": 11,
+                         "sink_attention": 8, "geglu": 4, "gemma_rms_norm": 2}
 
 
 def test_every_entry_says_its_version():
     assert {name for name, entry in FUNCTIONS.items() if entry.version == 2} == {
-        "rope", "gqa_attention", "swiglu", "llama_block", "llama_logits", "llama_decode", "cross_attention", "decoder_block", "qk_norm_attention"}
+        "rope", "gqa_attention", "swiglu", "llama_block", "llama_logits", "llama_decode", "cross_attention", "decoder_block", "qk_norm_attention",
+        "grouped_top_k_gates", "softmax_top_k_gates", "expert_bias_update", "rope_frequencies", "softmax_scale", "partial_rope",
+        "alibi_slopes", "alibi_attention", "softcap", "softcapped_attention", "sink_attention", "hybrid_logits", "hybrid_decode",
+        "mla_attention", "mla_decode", "geglu", "scaled_embedding", "gemma_rms_norm"}
     assert all(entry.version in (1, 2) and entry.arguments for entry in FUNCTIONS.values())
 
 

@@ -68,12 +68,23 @@ VALID = {
     "targets": lambda draw: (lambda t: ((0 <= t) & (t < 5)).all())(draw(strategies.targets(np.zeros((2, 3, 5))))),
     "token_ids": lambda draw: (lambda ids: ((0 <= ids) & (ids < 7)).all())(draw(strategies.token_ids(7))),
     "window_lengths": lambda draw: 1 <= draw(strategies.window_lengths(10)) <= 9,
+    "grouped_routing_inputs": lambda draw: _finite(R.grouped_top_k_gates(**draw(strategies.grouped_routing_inputs()))),
+    "grouped_routing_shapes": lambda draw: (lambda s: s.experts % s.n_group == 0 and s.group_size >= 2 and s.topk_group <= s.n_group
+                                            and s.k <= s.topk_group * s.group_size)(draw(strategies.grouped_routing_shapes())),
+    "softmax_routing_inputs": lambda draw: _finite(R.softmax_top_k_gates(**draw(strategies.softmax_routing_inputs()))),
+    "bias_update_inputs": lambda draw: _finite(R.expert_bias_update(**draw(strategies.bias_update_inputs()))),
+    "masked_router_logits": lambda draw: _finite(R.top_k_gates(draw(strategies.masked_router_logits(3, 4, 3)), 3)),
+    "position_runs": lambda draw: (lambda p: p.shape == (5,) and (p >= 0).all())(draw(strategies.position_runs(5))),
+    "gemma_norm_inputs": lambda draw: _finite(R.gemma_rms_norm(**draw(strategies.gemma_norm_inputs()))),
+    "scaled_embedding_inputs": lambda draw: _finite(R.scaled_embedding(**draw(strategies.scaled_embedding_inputs()))),
+    "gemma_norm_weights": lambda draw: (lambda w: w.shape == (4,) and (np.abs(w) <= 0.5).all())(draw(strategies.gemma_norm_weights(4))),
 }
 # the arguments of the strategies that take some (any valid ones: these draw a value, which must not be None)
 ARGUMENTS = {
     "byte_arrays": ((2, 3),), "grid_values": ((2, 3),), "float_arrays": ((2, 3),), "weights": ((3, 4),), "feed_forward_weights": (4,),
-    "router_logits": (3, 4), "uniform_mean_router_logits": (4,), "moe_tokens": (3, 4), "moe_params": (4, 3), "gains_and_biases": (4,),
-    "shifts": ((2, 3),),
+    "router_logits": (3, 4), "masked_router_logits": (3, 4, 3), "position_runs": (5,),
+    "uniform_mean_router_logits": (4,), "moe_tokens": (3, 4), "moe_params": (4, 3), "gains_and_biases": (4,),
+    "shifts": ((2, 3),), "routing_biases": (4,), "gemma_norm_weights": (4,), "alibi_slope_arrays": (4,), "sink_logits": (3,),
 }
 
 
