@@ -230,7 +230,10 @@ class _Selection:
 
     def describe(self):
         declared = ", ".join(f"{k} = {v!r}" for k, v in self.impl.declarations.items())
-        return repr(self.impl) + (f", declaring {declared}" if declared else "")
+        # the toolkit's decode says how its cache keeps keys ("grow", "whole", "ring"): invariants.adapters.toolkit.llama_decode
+        decodes = "llama_decode" in self.impl.functions and self.impl.in_process
+        slots = getattr(self.impl.raw("llama_decode"), "cache_slots", None) if decodes else None
+        return repr(self.impl) + (f", declaring {declared}" if declared else "") + (f", its cache's slots {slots!r}" if slots else "")
 
 
 _SELECTION_KEY = pytest.StashKey[_Selection]()

@@ -601,3 +601,18 @@ def test_compute_dtype_holds_a_float64_run_to_float32_rounding_and_skips_nothing
         status, report = _status(name, undeclared)
         assert status == "failed" and "(float64)" in report, (name, report)
     assert rounding_dtype(_impl("float32 run", "float32", COMPUTE_DTYPE="float32", **members)) == "float32"
+
+
+def _decode_within_window(ids, params, n_heads, n_kv_heads, rope_base, window, chunks, **options):
+    """A decode whose cache holds w keys (a ring buffer): it refuses a prefill or chunk longer than the window."""
+    if window is not None and max(int(n) for n in chunks) > window:
+        raise ValueError(f"chunk longer than the window {window}")
+    return rt.llama_decode(ids, params, n_heads, n_kv_heads, rope_base, window, chunks, **options)
+
+
+def test_decode_chunks_within_window_narrows_the_decode_alone():
+    """DECODE_CHUNKS_WITHIN_WINDOW: a decode that takes chunks of at most w passes; undeclared, its refusal is an error."""
+    members = {"llama_logits": rt.llama_logits, "llama_decode": _decode_within_window}
+    law = "decoding.decode_matches_full_forward"
+    assert _status(law, _impl("ring cache", **members, DECODE_CHUNKS_WITHIN_WINDOW=True))[0] == "passed"
+    assert _status(law, _impl("ring cache", **members))[0] == "error"  # the refusal, with the advice to declare

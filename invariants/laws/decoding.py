@@ -33,9 +33,10 @@ TOOLKIT_ERROR = "ToolkitError"  # invariants.adapters.toolkit's own errors (its 
 
 
 def schedules_for(impl, seq, window, *, min_chunks=1, straddling=False):
-    """decode_schedules of seq narrowed to the chunks impl declares it takes (MAX_DECODE_CHUNK, CHUNKS_WITHIN_WINDOW);
-    straddling: only those that straddle the window's edge."""
-    within = window if window is not None and declared(impl, "CHUNKS_WITHIN_WINDOW") else None
+    """decode_schedules of seq narrowed to the chunks impl declares it takes (MAX_DECODE_CHUNK, CHUNKS_WITHIN_WINDOW,
+    DECODE_CHUNKS_WITHIN_WINDOW); straddling: only those that straddle the window's edge."""
+    chunks_within = declared(impl, "CHUNKS_WITHIN_WINDOW") or declared(impl, "DECODE_CHUNKS_WITHIN_WINDOW")
+    within = window if window is not None and chunks_within else None
     limits = [n for n in (within, declared(impl, "MAX_DECODE_CHUNK")) if n is not None]
     return decode_schedules(seq, min_chunks=min_chunks, max_prefill=within, max_chunk=min(limits, default=None),
                             straddling=window if straddling else None)
