@@ -696,7 +696,7 @@ FUNCTIONS = {
             arguments=("router_logits (N, E), bias (E,), k int, n_group int dividing E, topk_group int, norm_topk_prob bool, "
                        "routed_scaling_factor float"),
             outputs=("gates",), floating=("gates",), shown=("router_logits", "k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"),
-            builds_on=("top_k_gates",), version=2, details=ROUTING_DETAILS,
+            version=2, details=ROUTING_DETAILS,  # builds on no entry: sigmoid affinities, its own grouped choice
             answer_form=lambda router_logits, *rest: floats(shape_of(router_logits)),
         ),
         ProtocolFunction(
@@ -867,7 +867,7 @@ FUNCTIONS = {
             "Gemma's RMSNorm: the gain 1 + w, applied before the cast back",
             arguments="x (..., d), w (d,), eps float",
             # roundings: the mean square, the root, the division, the gain: all in float32 or wider, then one rounding to x's dtype
-            shown=("x", "eps"), builds_on=("rms_norm",), roundings=2, version=2,
+            shown=("x", "eps"), roundings=2, version=2,  # its own norm: the reference computes it apart from rms_norm
             leaks="gemma_rms_norm's answer is not in x's dtype: the float32 result never cast back, or 1 + w made a float64 array",
             answer_form=lambda x, w, eps: floats(broadcast(x, w)),
         ),

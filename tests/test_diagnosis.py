@@ -48,7 +48,7 @@ def test_every_protocol_function_is_held_to_the_laws_of_a_component():
 
 
 # Where the reference composes a function from another that the protocol does not ask it to build on.
-REFERENCE_SHORTCUTS = {"llama_logits": {"llama_decode"}, "cross_attention": {"gqa_attention"}}
+REFERENCE_SHORTCUTS = {"llama_logits": {"llama_decode"}, "hybrid_logits": {"hybrid_decode"}, "cross_attention": {"gqa_attention"}}
 
 
 @pytest.mark.parametrize("reference", ["reference.numpy", "reference.torch"])

@@ -68,13 +68,6 @@ def rope_frequencies_arguments(impl, case):
     return FREQUENCIES.arguments_of(_draw(case))
 
 
-@valid_inputs("softmax_scale")
-def softmax_scale_arguments(impl, case):
-    """A query-key width and a scaling config of any rope_type."""
-    inputs = _draw(case)
-    return inputs["d_head"], inputs["scaling"]
-
-
 @valid_inputs("partial_rope")
 def partial_rope_arguments(impl, case):
     """(B, H, T, D) heads whose int(D · factor) leading features are even in number, distinct positions, a base."""
