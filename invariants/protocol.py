@@ -894,7 +894,8 @@ FUNCTIONS = {
             outputs=("logits", "cache_sizes"), floating=("logits",),
             shown=("ids", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases", "chunks"),
             builds_on=("hybrid_logits", "llama_decode"), version=2,
-            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "MAX_DECODE_CHUNK", "CHUNKS_WITHIN_WINDOW"),
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "MAX_DECODE_CHUNK", "CHUNKS_WITHIN_WINDOW",
+                     "DECODE_CHUNKS_WITHIN_WINDOW"),
             leaks="hybrid_decode's logits are not in the params' dtype: the cache or the head upcast",
             answer_form=lambda ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, chunks: (
                 floats(shape_of(ids) + shape_of(params["embed"])[:1]),
