@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from invariants.failure_text import IMPLEMENTATION_FAILURES, describe_case, format_failure
+
 # How a component module declares itself, at the top level of its source: LESSON = <number>, HOLDS = (<names>,).
 _DECLARATIONS = {"LESSON": re.compile(r"^LESSON = ([0-9.]+)", re.MULTILINE), "HOLDS": re.compile(r"^HOLDS = (\([^)]*\))", re.MULTILINE)}
 
@@ -68,8 +70,6 @@ class Invariant:
     def __call__(self, impl, case):
         """Run the check on one case; a failure raises with the whole report (statement, implementation, example, problem, hint) as its note,
         for a check called from anyone's own hypothesis test (the runner calls `check` and words the report once, for the shrunk case)."""
-        from invariants.runner import IMPLEMENTATION_FAILURES, describe_case, format_failure  # the runner imports this module
-
         try:
             return self.check(impl, case)
         except IMPLEMENTATION_FAILURES as exc:

@@ -28,10 +28,10 @@ from hypothesis.errors import Flaky, HypothesisException
 
 from invariants import hypothesis_internals as internals
 from invariants.asserts import InvariantViolation
-from invariants.boundary import rounded
 from invariants.conventions import Declared
 from invariants.examples_db import example_key
-from invariants.protocol import FUNCTIONS, ImplementationError, OutputError, TransportLost
+from invariants.failure_text import IMPLEMENTATION_FAILURES, describe_case, describe_value, format_failure  # noqa: F401  (public here too)
+from invariants.protocol import FUNCTIONS, ImplementationError, TransportLost
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -41,10 +41,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-MAX_VALUES_SHOWN = 24  # arrays up to this many elements are printed whole in a failure
 STATUSES = ("passed", "skipped", "failed", "error")  # failed: a wrong answer; error: the implementation could not be evaluated
 FAILING = ("failed", "error")  # the statuses that are evidence of a bug: a wrong answer, or none
-IMPLEMENTATION_FAILURES = (InvariantViolation, ImplementationError, OutputError)
 
 
 class InvariantSkipped(unittest.SkipTest):
@@ -100,45 +98,9 @@ class Case:
         return value
 
 
-def describe_value(value, dtype=None):
-    """Shapes and dtypes first; small arrays in full. dtype: the run's, for floating arrays drawn in float64 and shown as the
-    implementation receives them (rounded to it, and named by it: bfloat16 too, which numpy holds in float32)."""
-    if isinstance(value, np.ndarray):
-        received = dtype is not None and value.dtype.kind == "f"
-        shown = rounded(value, dtype) if received else value
-        head = f"{dtype if received else value.dtype} {tuple(value.shape)}"
-        if value.size <= MAX_VALUES_SHOWN:
-            return f"{head} {np.array2string(shown.ravel(), precision=6, separator=', ')}"
-        return head
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {describe_value(v, dtype)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)) and any(isinstance(v, (np.ndarray, dict)) for v in value):
-        return f"[{len(value)} × " + describe_value(value[0], dtype) + "]" if value else "[]"
-    return repr(value)
-
-
-def describe_case(case, dtype=None):
-    """((label, description), ...) for a Case, () for none; floating arrays as a run in `dtype` receives them (describe_value)."""
-    return tuple((label, describe_value(value, dtype)) for label, value in case.drawn.items()) if case is not None else ()
-
-
 def headline(text):
     """The first line of a text, for a one-line display (a renderer: what it gives is shown, never read back)."""
     return text.partition("\n")[0]
-
-
-def format_failure(inv, impl, problem, example, notes=()):
-    """The failure report: statement, implementation, the example (shapes first), the problem, the hint, then notes."""
-    lines = [
-        f"{inv.name}: {inv.statement}",
-        f"implementation: {impl!r}",
-        "example (shrunk):",
-        *([f"  {label}: {text}" for label, text in example] or ["  (none drawn)"]),
-        str(problem),
-        f"hint: {inv.hint}",
-        *notes,
-    ]
-    return "\n".join(lines)
 
 
 class _Search:

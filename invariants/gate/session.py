@@ -18,12 +18,12 @@ from types import SimpleNamespace
 
 from invariants.boundary import to_numpy
 from invariants.conventions import CONVENTIONS, read_declarations
+from invariants.failure_text import describe_value
 from invariants.gate import degenerate
 from invariants.gate.result import GATE_ERROR, NOT_GRADABLE, Ungraded
 from invariants.gate.sandbox import Worker, WorkerLost, read_capture
 from invariants.gate.text import clean_output, cut_output
 from invariants.protocol import FUNCTIONS, Implementation, ImplementationError, ImplementationLoadError, OutputError
-from invariants.runner import describe_value
 
 
 class Session:
