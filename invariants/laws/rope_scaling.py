@@ -241,7 +241,7 @@ def yarn_score_temperature(impl, case):
 def softmax_scale_agrees_with_reference(impl, case):
     """softmax_scale agrees with the reference: 1/√d_head, × yarn_mscale(s, mscale_all_dim)² for a YaRN config that sets it."""
     inputs = _draw(case)
-    call = f"softmax_scale(d_head={inputs['d_head']}, scaling={inputs['scaling']!r})"
+    call = SCALE.describe(inputs)
     (scale,) = SCALE.called(impl, inputs, call)
     expected = ref.softmax_scale(inputs["d_head"], inputs["scaling"])
     assert_close(np.asarray(scale, dtype=np.float64), expected, "softmax_scale", CONSTANT_TOLERANCE, call)
@@ -286,8 +286,7 @@ def _partial(impl, inputs, call):
 
 
 def _partial_call(inputs):
-    return (f"partial_rope(x{list(inputs['x'].shape)}, positions={inputs['positions'].tolist()}, base={inputs['base']!r}, "
-            f"partial_rotary_factor={inputs['partial_rotary_factor']!r})")
+    return PARTIAL.describe(inputs)
 
 
 @invariant(

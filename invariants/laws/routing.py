@@ -41,13 +41,11 @@ FORCING_BIAS = 2.0  # σ ∈ (0, 1): a bias of +2 on a set of experts and -2 on 
 
 def _args(name, inputs, **changes):
     """The positional arguments of protocol function `name` from a dict of drawn inputs, with `changes` swapped in."""
-    inputs = {**inputs, **changes}
-    return tuple(inputs[param] for param in FUNCTIONS[name].params)
+    return FUNCTIONS[name].arguments_of({**inputs, **changes})
 
 
 def _grouped_call(inputs, note=""):
-    shown = ", ".join(f"{p}={inputs[p]!r}" for p in ("k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"))
-    return f"grouped_top_k_gates(router_logits{list(inputs['router_logits'].shape)}, bias, {shown}){note}"
+    return FUNCTIONS["grouped_top_k_gates"].describe(inputs, note.strip())
 
 
 def _grouped_gates(impl, inputs, call, **changes):
@@ -265,8 +263,7 @@ def _follows_tie_rule(impl):
 
 
 def _softmax_call(inputs, note=""):
-    shape = list(inputs["router_logits"].shape)
-    return f"softmax_top_k_gates(router_logits{shape}, k={inputs['k']}, norm_topk_prob={inputs['norm_topk_prob']}){note}"
+    return FUNCTIONS["softmax_top_k_gates"].describe(inputs, note.strip())
 
 
 def _softmax_gates(impl, inputs, call, **changes):
@@ -376,7 +373,7 @@ def softmax_top_k_gates_agrees_with_reference(impl, case):
 
 
 def _bias_call(inputs, note=""):
-    return f"expert_bias_update(bias, tokens_per_expert={inputs['tokens_per_expert'].tolist()}, rate={inputs['rate']!r}){note}"
+    return FUNCTIONS["expert_bias_update"].describe(inputs, note.strip())
 
 
 def _updated(impl, inputs, call, **changes):
