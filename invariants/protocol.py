@@ -328,6 +328,21 @@ each query sees its last `window` keys, itself included, with RoPE base `rope_ba
 w − 1 positions (or more) in a sliding layer and must keep every position in a full one.
 """
 
+STREAMING_DETAILS = """\
+**streaming_attention** is StreamingLLM's (Xiao et al. 2023, §3.2; mit-han-lab/streaming-llm's `StartRecentKVCache` with its
+`pos_shift` attention): a cache of `cache_size` slots keeps the first `n_sink` tokens (the attention sinks; the paper keeps 4)
+and the last `cache_size − n_sink`, so query t sees keys j ≤ t with j < n_sink or j > t − (cache_size − n_sink): every key
+while t < cache_size. RoPE is applied at the positions **within the cache**, not in the text: the m keys a query sees sit at
+0 .. m − 1 in order and the query at m − 1 (the paper's cache [0, 1, 2, 3, 6, 7, 8] decoding token 9 is at 0 .. 7). A window
+key then keeps its distance to the query and a sink sits next to the window, so at t ≥ cache_size a query sees what the last
+query of a fresh stream of its cache's tokens sees; with `n_sink = 0` it is `gqa_attention` with `window = cache_size` on
+`rope`'s queries and keys. Keys are cached before RoPE and rotated at each step (the paper), or cached rotated and re-rotated
+by the shift at each eviction (transformers' `SinkCache`, llama.cpp's K-shift): the same numbers. q, k and v are given before
+RoPE. **streaming_decode** runs it one token at a time on the implementation's own cache and answers, after each token, the
+tokens its slots hold (−1 for an empty one): the sinks and the last `cache_size − n_sink − 1` (what the next query needs),
+never one the current query did not see, none twice. Each query's scale is 1/√D.
+"""
+
 FUNCTIONS = {
     f.name: f
     for f in (
@@ -900,6 +915,34 @@ FUNCTIONS = {
             answer_form=lambda ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, chunks: (
                 floats(shape_of(ids) + shape_of(params["embed"])[:1]),
                 Either((ints((chunk_count(chunks), len(params["blocks"]), None, None)), ints((chunk_count(chunks),))))),
+        ),
+        # version 2: StreamingLLM's attention sinks (a rolling cache that keeps the first tokens)
+        ProtocolFunction(
+            "streaming_attention",
+            ("q", "k", "v", "n_sink", "cache_size", "rope_base"),
+            "`(out (B, H, T, D), weights (B, H, T, T))`; `out` alone with `ATTENTION_WEIGHTS = False`",
+            "causal GQA through StreamingLLM's cache: each query sees the first n_sink keys and the last cache_size - n_sink, RoPE within the cache",
+            arguments=("q (B, H, T, D), k and v (B, H_kv, T, D), before RoPE; n_sink int ≥ 0, cache_size int > n_sink (the slots, sinks "
+                       "included), rope_base float"),
+            # roundings: attention's chain and RoPE's on the query and the keys
+            **ATTENTION, shown=("q", "k", "n_sink", "cache_size", "rope_base"), builds_on=("rope", "gqa_attention"), roundings=8,
+            version=2, details=STREAMING_DETAILS, honours=("ROPE_PAIRING", "ROPE_THETA"),
+            leaks="streaming_attention's out or weights are not in q's dtype: cos and sin or the softmax in float32 kept",
+            answer_form=lambda q, k, v, n_sink, cache_size, rope_base: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
+                                                                        floats(shape_of(q)[:-1] + shape_of(k)[-2:-1])),
+        ),
+        ProtocolFunction(
+            "streaming_decode",
+            ("q", "k", "v", "n_sink", "cache_size", "rope_base"),
+            "`(out (B, H, T, D), held (T, slots) int)`: held[t] the tokens the cache's slots hold once token t is in, -1 for an empty slot",
+            "streaming_attention decoded token by token on the implementation's own rolling cache of sinks and a window",
+            arguments="as `streaming_attention`",
+            outputs=("out", "held"), floating=("out",), shown=("q", "k", "n_sink", "cache_size", "rope_base"),
+            builds_on=("streaming_attention",), roundings=8, version=2, honours=("ROPE_PAIRING", "ROPE_THETA"),
+            leaks="streaming_decode's out is not in q's dtype: the cache or the softmax in float32 kept",
+            # the slots are the cache's own, for the cache law to judge
+            answer_form=lambda q, k, v, n_sink, cache_size, rope_base: (floats(shape_of(q)[:-1] + shape_of(v)[-1:]),
+                                                                        ints((shape_of(q)[-2], None))),
         ),
     )
 }

@@ -12,7 +12,8 @@ all_invariants()  # at collection: an inline pytester run in another test module
 
 # The lesson order before discovery: test ids, the kill matrix's first failure and the diagnosis depend on it.
 LESSON_ORDER = ("softmax", "norms", "activation", "attention", "feed_forward", "block", "model", "moe", "routing", "scores", "rope",
-                "rope_scaling", "gemma", "gqa", "masking", "swiglu", "llama", "decoding", "layer_types", "qk_norm", "mla", "cross_attention",
+                "rope_scaling", "gemma", "gqa", "masking", "swiglu", "llama", "decoding", "layer_types", "streaming",
+                "qk_norm", "mla", "cross_attention",
                 "counts", "course", "dtypes", "shapes", "finite")
 
 
@@ -53,7 +54,8 @@ def test_rounding_budgets_are_the_entries():
     assert ROUNDINGS == {name: entry.roundings for name, entry in FUNCTIONS.items() if entry.roundings is not None}
     assert ROUNDINGS == {"attention": 8, "rope": 4, "gqa_attention": 8, "swiglu": 4, "llama_block": 8, "cross_attention": 8, "qk_norm_attention": 8,
                          "mla_attention": 8, "mla_decode": 8, "partial_rope": 4, "alibi_attention": 8, "softcap": 3, "softcapped_attention": 11,
-                         "sink_attention": 8, "geglu": 4, "gemma_rms_norm": 2}
+                         "sink_attention": 8, "geglu": 4, "gemma_rms_norm": 2, "streaming_attention": 8,
+                         "streaming_decode": 8}
 
 
 def test_every_entry_says_its_version():
@@ -61,7 +63,7 @@ def test_every_entry_says_its_version():
         "rope", "gqa_attention", "swiglu", "llama_block", "llama_logits", "llama_decode", "cross_attention", "decoder_block", "qk_norm_attention",
         "grouped_top_k_gates", "softmax_top_k_gates", "expert_bias_update", "rope_frequencies", "softmax_scale", "partial_rope",
         "alibi_slopes", "alibi_attention", "softcap", "softcapped_attention", "sink_attention", "hybrid_logits", "hybrid_decode",
-        "mla_attention", "mla_decode", "geglu", "scaled_embedding", "gemma_rms_norm"}
+        "mla_attention", "mla_decode", "geglu", "scaled_embedding", "gemma_rms_norm", "streaming_attention", "streaming_decode"}
     assert all(entry.version in (1, 2) and entry.arguments for entry in FUNCTIONS.values())
 
 

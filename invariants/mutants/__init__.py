@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from invariants.protocol import Implementation
 
 ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes", "shapes",
-               "finite", "decoder", "routing", "rope_scaling", "mla", "scores", "gemma", "layer_types")
+               "finite", "decoder", "routing", "rope_scaling", "mla", "scores", "gemma", "layer_types", "streaming")
 MUTANTS: dict = {}
 
 

@@ -969,3 +969,50 @@ def hybrid_logits(ids, params, n_heads, n_kv_heads, layer_types, window, rope_ba
     """llama_logits with per-layer attention types: layer i sliding (window, rope_bases["sliding_attention"]) or full. (B, T) -> (B, T, V)."""
     logits, _ = hybrid_decode(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, [np.shape(ids)[1]], pairing=pairing, eps=eps)
     return logits
+
+
+# ---------------------------------------------------------------------------
+# StreamingLLM (protocol v2): a rolling KV cache of cache_size slots that keeps the first n_sink tokens (the attention sinks)
+# and the last cache_size - n_sink, RoPE at the positions within the cache.
+#
+# Sources: Xiao et al. 2023 (Efficient Streaming Language Models with Attention Sinks, arXiv 2309.17453, §3.2: "StreamingLLM
+# focuses on positions within the cache rather than those in the original text": a cache holding tokens [0, 1, 2, 3, 6, 7, 8]
+# decoding token 9 gives them positions 0 .. 7; keys are cached before RoPE and rotated at each step); the authors' code
+# (mit-han-lab/streaming-llm: StartRecentKVCache, pos_shift's key positions arange(kv_seq_len)); transformers' SinkCache
+# (4.36 to 4.52, window_length slots sinks included, cached keys re-rotated by the shift), llama.cpp's --keep with its K-shift.
+# Extra letters: S the sinks (n_sink), W the cache's slots (cache_size), 0 <= S < W.
+# ---------------------------------------------------------------------------
+
+
+def streaming_held(t, n_sink, cache_size):
+    """The tokens a streaming cache holds once token t is in, in slot order: the first n_sink, then the last cache_size - n_sink
+    (every token 0 .. t while t < cache_size). Query t sees exactly these."""
+    recent = range(max(n_sink, t + 1 - (cache_size - n_sink)), t + 1)  # the window, t itself included
+    return [*range(min(n_sink, t + 1)), *recent]
+
+
+def streaming_attention(q, k, v, n_sink, cache_size, rope_base=ROPE_BASE, *, pairing="half_split"):
+    """Causal GQA of a stream through StreamingLLM's cache: query t attends the keys streaming_held(t) with RoPE at the positions
+    within the cache, 0 .. m - 1 for its m keys and m - 1 for itself. q (B, H, T, D), k and v (B, H_kv, T, D), un-rotated ->
+    out (B, H, T, D), weights (B, H, T, T) (0 for the keys the cache no longer holds)."""
+    B, H, T, D = q.shape
+    out, weights = np.zeros_like(q), np.zeros((B, H, T, T), dtype=q.dtype)
+    for t in range(T):
+        held = streaming_held(t, n_sink, cache_size)
+        m = len(held)
+        query = rope(q[:, :, t:t + 1], [m - 1], rope_base, pairing=pairing)  # (B, H, 1, D): the query in the cache's last slot
+        keys = rope(k[:, :, held], np.arange(m), rope_base, pairing=pairing)  # (B, H_kv, m, D): re-rotated to slots 0 .. m - 1
+        out[:, :, t:t + 1], weights[:, :, t:t + 1, held] = gqa_attention(query, keys, v[:, :, held], False)
+    return out, weights
+
+
+def streaming_decode(q, k, v, n_sink, cache_size, rope_base=ROPE_BASE, *, pairing="half_split"):
+    """What decoding the stream token by token through the cache answers: (out (B, H, T, D), held (T, cache_size) int). out is
+    streaming_attention's (each of its queries attends what the cache holds at its step); held[t] the tokens in the slots once
+    token t is in, -1 for an empty slot."""
+    T = q.shape[2]
+    held = np.full((T, cache_size), -1, dtype=np.int64)
+    for t in range(T):
+        tokens = streaming_held(t, n_sink, cache_size)
+        held[t, :len(tokens)] = tokens
+    return streaming_attention(q, k, v, n_sink, cache_size, rope_base, pairing=pairing)[0], held

@@ -727,3 +727,38 @@ def hybrid_logits(ids, params, n_heads, n_kv_heads, layer_types, window, rope_ba
     """llama_logits with per-layer attention types: layer i sliding (window, rope_bases["sliding_attention"]) or full. (B, T) -> (B, T, V)."""
     logits, _ = hybrid_decode(ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, [ids.shape[1]], pairing=pairing, eps=eps)
     return logits
+
+
+# ---------------------------------------------------------------------------
+# StreamingLLM (protocol v2): the first n_sink tokens and the last cache_size - n_sink, RoPE within the cache (sources: numpy.py)
+# ---------------------------------------------------------------------------
+
+
+def streaming_held(t, n_sink, cache_size):
+    """The tokens a streaming cache holds once token t is in, in slot order: the first n_sink, then the last cache_size - n_sink."""
+    recent = range(max(n_sink, t + 1 - (cache_size - n_sink)), t + 1)  # the window, t itself included
+    return [*range(min(n_sink, t + 1)), *recent]
+
+
+def streaming_attention(q, k, v, n_sink, cache_size, rope_base=ROPE_BASE, *, pairing="half_split"):
+    """Query t attends the keys streaming_held(t) at RoPE positions 0 .. m - 1 within the cache, itself at m - 1.
+    q (B, H, T, D), k and v (B, H_kv, T, D) -> out (B, H, T, D), weights (B, H, T, T)."""
+    B, H, T, D = q.shape
+    out, weights = torch.zeros_like(q), torch.zeros(B, H, T, T, dtype=q.dtype, device=q.device)
+    for t in range(T):
+        held = streaming_held(t, n_sink, cache_size)
+        m = len(held)
+        query = rope(q[:, :, t:t + 1], [m - 1], rope_base, pairing=pairing)  # (B, H, 1, D)
+        keys = rope(k[:, :, held], torch.arange(m), rope_base, pairing=pairing)  # (B, H_kv, m, D)
+        out[:, :, t:t + 1], weights[:, :, t:t + 1, held] = gqa_attention(query, keys, v[:, :, held], False)
+    return out, weights
+
+
+def streaming_decode(q, k, v, n_sink, cache_size, rope_base=ROPE_BASE, *, pairing="half_split"):
+    """(out (B, H, T, D), held (T, cache_size) int64): streaming_attention's out and the tokens in the slots after each step (-1: empty)."""
+    T = q.shape[2]
+    held = torch.full((T, cache_size), -1, dtype=torch.int64, device=q.device)
+    for t in range(T):
+        tokens = streaming_held(t, n_sink, cache_size)
+        held[t, :len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+    return streaming_attention(q, k, v, n_sink, cache_size, rope_base, pairing=pairing)[0], held

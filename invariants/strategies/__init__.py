@@ -19,6 +19,7 @@ One module per component:
                   bias_update_inputs (the auxiliary-loss-free update)
     scores        head_counts, alibi_slope_arrays, alibi_inputs (ALiBi), capped_logits, softcapped_inputs (softcapping),
                   sink_logits, sink_inputs (attention sinks)
+    streaming     streaming_inputs (StreamingLLM: sinks kept in a rolling cache, streams past its end)
     gemma         gemma_norm_weights, gemma_norm_inputs (Gemma's (1 + w) RMSNorm), embedding_widths, scaled_embedding_inputs
     mla           mla_inputs, mla_decode_inputs (DeepSeek-V2/V3's latent attention: compressed or plain queries, YaRN's mscale), yarn_mscale
     rope_scaling  rope_scalings (every rope_type), rope_frequency_inputs (lengths around L_0), partial_rope_inputs
@@ -90,6 +91,7 @@ from invariants.strategies.routing import (
 )
 from invariants.strategies.scores import alibi_inputs, alibi_slope_arrays, capped_logits, head_counts, sink_inputs, sink_logits, softcapped_inputs
 from invariants.strategies.softmax import large_logits, logits, shifts, targets
+from invariants.strategies.streaming import streaming_inputs
 from invariants.strategies.text import corpora, token_streams, window_lengths
 
 __all__ = [
@@ -116,4 +118,6 @@ __all__ = [
     "alibi_inputs", "alibi_slope_arrays", "capped_logits", "head_counts", "sink_inputs", "sink_logits", "softcapped_inputs",
     # per-layer attention types (Gemma 2 and 3, gpt-oss, Qwen2)
     "HybridConfig", "gemma_layer_types", "hybrid_configs", "qwen2_layer_types",
+    # StreamingLLM's attention sinks (a rolling cache of sinks and a window)
+    "streaming_inputs",
 ]
