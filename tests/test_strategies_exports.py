@@ -78,6 +78,8 @@ VALID = {
     "gemma_norm_inputs": lambda draw: _finite(R.gemma_rms_norm(**draw(strategies.gemma_norm_inputs()))),
     "scaled_embedding_inputs": lambda draw: _finite(R.scaled_embedding(**draw(strategies.scaled_embedding_inputs()))),
     "gemma_norm_weights": lambda draw: (lambda w: w.shape == (4,) and (np.abs(w) <= 0.5).all())(draw(strategies.gemma_norm_weights(4))),
+    "loud_rows": lambda draw: (lambda x: np.abs(x).max() < 2048 and np.isfinite(x.astype(np.float16)).all())(
+        draw(strategies.loud_rows(strategies.float_arrays((2, 3)), "float16"))),
 }
 # the arguments of the strategies that take some (any valid ones: these draw a value, which must not be None)
 ARGUMENTS = {

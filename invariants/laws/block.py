@@ -33,7 +33,13 @@ from invariants.conventions import (
 )
 from invariants.inputs import valid_inputs
 from invariants.laws.attention import attention_output
-from invariants.laws.reference_check import assert_agrees_with_reference
+from invariants.laws.reference_check import (
+    assert_agrees_with_reference,
+    assert_close_to_a_gelu_form,
+    at_quiet_rows,
+    reference_answers,
+    reference_tolerance,
+)
 from invariants.registry import invariant
 from invariants.strategies.core import (
     LONG_LENGTHS,
@@ -46,6 +52,7 @@ from invariants.strategies.core import (
     sampled_from,
     swept_lengths,
 )
+from invariants.strategies.norms import loud_rows
 from invariants.strategies.params import block_params
 from invariants.tolerance import layer_norm_row_conditions
 
@@ -65,13 +72,13 @@ def silenced(params, *sublayers):
     return quiet
 
 
-def _shape_and_input(case, *, min_seq=1, wide=False, long_lengths=(), max_scale=1.0):
-    """Draw a shape and an input x (B, T, d) of unit-size values (up to max_scale); wide=True keeps d_model >= 8 (see
-    wide_in_16_bits); long_lengths adds long sequences at d_model <= 8 half the time."""
+def _shape_and_input(case, *, min_seq=1, wide=False, long_lengths=(), max_scale=1.0, dtype="float64"):
+    """Draw a shape and an input x (B, T, d) of unit-size values (up to max_scale; loud_rows past 256 in a float16 run, `dtype`);
+    wide=True keeps d_model >= 8 (see wide_in_16_bits); long_lengths adds long sequences at d_model <= 8 half the time."""
     widths = dict(min_heads=2, min_d_head=4) if wide else dict(min_heads=1, min_d_head=1)
     shapes = attention_shapes(max_batch=2, min_seq=min_seq, max_seq=6, max_heads=3, max_d_head=4, long_lengths=long_lengths, **widths)
     shape = case.draw(shapes, "shape")
-    return shape, case.draw(float_arrays((shape.batch, shape.seq, shape.d_model), max_scale=max_scale), "x")  # (B, T, d)
+    return shape, case.draw(loud_rows(float_arrays((shape.batch, shape.seq, shape.d_model), max_scale=max_scale), dtype), "x")  # (B, T, d)
 
 
 def block_params_for(impl, d_model, *, attn_bias=None):
@@ -99,7 +106,7 @@ def draw_causal(impl, case):
 
 def _block_case(impl, case, *, min_seq=1, attn_bias=None, wide=False, **inputs):
     """Draw a shape, an input x (B, T, d) and one block's params (see block_params_for); inputs go to _shape_and_input."""
-    shape, x = _shape_and_input(case, min_seq=min_seq, wide=wide, **inputs)
+    shape, x = _shape_and_input(case, min_seq=min_seq, wide=wide, dtype=impl.dtype, **inputs)
     return shape, x, case.draw(block_params_for(impl, shape.d_model, attn_bias=attn_bias), "params")
 
 
@@ -248,7 +255,8 @@ def permutation_equivariant(impl, case):
     requires=("transformer_block",),
     hint="the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, "
          "not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), "
-         "LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM)",
+         "LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM); or a LayerNorm "
+         "whose variance is taken in float16 (rows spread past 256: inf)",
 )
 def agrees_with_reference(impl, case):
     """transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).
@@ -267,3 +275,7 @@ def agrees_with_reference(impl, case):
     condition = norms_condition(impl, x, params, shape.n_heads, causal)
     assert_agrees_with_reference(impl, "transformer_block", (x, params, shape.n_heads, causal), got, "block output",
                                  factor=4, condition=condition, call=call, options={"eps": layer_norm_eps(impl)}, gelu=True)
+    quiet = at_quiet_rows(x, got, lambda: reference_answers(impl, "transformer_block", x, params, shape.n_heads, causal, eps=layer_norm_eps(impl)))
+    if quiet is not None:
+        assert_close_to_a_gelu_form(impl, *quiet, "block output at the rows below 256", reference_tolerance(impl, factor=4, condition=condition),
+                                    call)

@@ -27,6 +27,7 @@ from invariants.registry import invariant
 from invariants.strategies.core import integers
 from invariants.strategies.decoder import ROPE_BASES, llama_params
 from invariants.strategies.layer_types import FULL, SLIDING, hybrid_configs
+from invariants.strategies.norms import loud_rows
 from invariants.strategies.params import token_ids
 
 LESSON = 142  # where a lesson meets this component: the registry's order (test ids, the kill matrix's first failure)
@@ -43,7 +44,7 @@ def draw_hybrid(impl, case, *, min_seq=1, decoding=False, **options):
     hybrid = case.draw(hybrid_configs(**options), "hybrid config")
     config = hybrid.config
     longest = config.window if declared(impl, "CHUNKS_WITHIN_WINDOW") and not decoding else MAX_SEQ
-    params = case.draw(llama_params(config), "params")
+    params = case.draw(loud_rows(llama_params(config), impl.dtype, part="embed"), "params")  # embeddings past 256 in float16
     ids = case.draw(token_ids(config.vocab, max_batch=2, min_seq=min(min_seq, longest), max_seq=longest), "ids")
     return hybrid, params, ids
 

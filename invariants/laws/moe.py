@@ -279,6 +279,27 @@ def tokens_per_expert_matches_gates(impl, case):
     assert_equal(counts, np.count_nonzero(_gates(impl, logits, k, call), axis=0), "tokens_per_expert(router_logits, k)", call)
 
 
+@invariant(
+    requires=("tokens_per_expert",),
+    hint="a token with fewer than k finite router scores is counted twice for one expert: an iterative top-k that excludes the "
+    "chosen expert by setting its score to -inf picks one again once only -inf is left (vllm-project/vllm-omni#7175)",
+)
+def tokens_per_expert_masked_experts(impl, case):
+    """With experts masked to -inf, every token still fills k slots with k distinct experts: an expert's count is at least the
+    tokens keeping it among their k largest finite scores (all m of them where m < k) and exceeds that by at most the tokens that
+    mask it and keep fewer than k (which masked experts fill the rest is a tie among -inf); the counts sum to N·k."""
+    logits, k = _masked_routing(case)
+    call = f"tokens_per_expert(router_logits, k={k}) with {int(np.isinf(logits).sum())} experts masked to -inf"
+    counts = assert_shape(impl.tokens_per_expert(logits, k), (logits.shape[-1],), "tokens_per_expert(router_logits, k)", call)
+    finite = np.isfinite(logits)  # (N, E)
+    kept = np.count_nonzero(ref.top_k_gates(logits, k), axis=0)  # (E,): the tokens keeping each expert among their finite best
+    fillable = (~finite & (finite.sum(axis=-1, keepdims=True) < k)).sum(axis=0)  # (E,): the tokens whose rest it may fill
+    assert_where((counts >= kept) & (counts <= kept + fillable), counts, "tokens_per_expert(router_logits, k)",
+                 f"between the tokens keeping each expert among their finite best ({kept.tolist()}) and that plus the tokens "
+                 f"short of k finite scores that mask it ({fillable.tolist()})", call)
+    assert_value(int(counts.sum()), logits.shape[0] * k, f"sum of tokens_per_expert (N={logits.shape[0]}, k={k})", call)
+
+
 # ---------------------------------------------------------------------------
 # The balance loss L = n·Σ f_i·P_i
 # ---------------------------------------------------------------------------

@@ -367,6 +367,26 @@ def softmax_top_k_gates_agrees_with_reference(impl, case):
                                  call=_softmax_call(inputs))
 
 
+@invariant(
+    requires=("softmax_top_k_gates",),
+    hint="a token with fewer than k finite router scores has a kept expert twice: an iterative top-k that excludes the chosen "
+    "expert by setting its score to -inf picks one again once only -inf is left (vllm-project/vllm-omni#7175), and the "
+    "renormalised gates halve; or a masked expert gets a gate",
+)
+def softmax_top_k_gates_masked_experts(impl, case):
+    """With experts masked to -inf, a token's gates are its softmax probabilities (0 at the masked experts) at its k largest finite
+    scores, or at all m of them where m < k (divided by their sum where norm_topk_prob), and 0 at every masked expert: the top-k
+    returns k distinct experts, so none is kept twice. Tie-free scores, m >= 1."""
+    inputs = case.draw(softmax_routing_inputs(masked=True), "softmax router call (-inf: masked experts)")
+    call = _softmax_call(inputs, f"with {int(np.isinf(inputs['router_logits']).sum())} experts masked to -inf")
+    args = _args("softmax_top_k_gates", inputs)
+    g = _softmax_gates(impl, inputs, call)
+    assert_close(np.where(np.isfinite(inputs["router_logits"]), 0.0, g), np.zeros_like(g), "gates of the masked (-inf) experts",
+                 impl.tolerance, call)
+    assert_agrees_with_reference(impl, "softmax_top_k_gates", args, g, "softmax_top_k_gates(...) (the min(k, m) largest finite kept)",
+                                 call=call)
+
+
 # ---------------------------------------------------------------------------
 # The auxiliary-loss-free bias update: expert_bias_update
 # ---------------------------------------------------------------------------

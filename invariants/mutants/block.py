@@ -3,6 +3,8 @@
 Each takes the reference's gelu_form and eps options (its gpt_logits passes them on) and uses them.
 """
 
+import numpy as np
+
 from invariants.mutants import mutant
 from invariants.mutants.attention import _buffered_future, _finish, _masked_softmax, _qkv, _scores
 from invariants.reference.numpy import ATTENTION_BIAS_NAMES, EPS, attention, feed_forward, layer_norm
@@ -86,3 +88,18 @@ def block_mask_buffer_for_32_tokens(x, W_q, W_k, W_v, W_o, n_heads, causal=True,
     q, k, v = _qkv(x, W_q, W_k, W_v, n_heads, biases)
     weights = _masked_softmax(_scores(q, k), causal, _buffered_future(x.shape[1], 32))  # BUG: see _buffered_future
     return _finish(weights, v, W_o, biases)
+
+
+def _layer_norm_in_dtype(x, gain, bias, eps):
+    """LayerNorm with its variance in x's own dtype: in float16, inf once a row spreads past 256."""
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps) * gain + bias  # BUG: no upcast to float32
+
+
+@mutant(replaces="transformer_block", killed_by="block.agrees_with_reference", dtype="float16",
+        bug="the block's LayerNorm takes its variance in float16: rows spread past 256 square to inf and normalise to the bias "
+        "(microsoft/onnxruntime#17692: LayerNormalization in fp16 fails on data with large variance)")
+def layer_norm_in_float16_block(x, params, n_heads, causal=True, *, gelu_form="tanh", eps=EPS):
+    p = params
+    x = x + _attend(_layer_norm_in_dtype(x, p["ln1_g"], p["ln1_b"], eps), p, n_heads, causal)
+    return x + _ffn(_layer_norm_in_dtype(x, p["ln2_g"], p["ln2_b"], eps), p, gelu_form)

@@ -576,3 +576,20 @@ def qk_norm_in_float16(x, params, n_heads, n_kv_heads, positions, rope_base=ROPE
     k = tref.rope(norm(tref.split_heads(x @ p["W_k"], n_kv_heads), p["k_norm"]), positions, rope_base, pairing=pairing)
     heads, weights = tref.gqa_attention(q, k, tref.split_heads(x @ p["W_v"], n_kv_heads), True, None, None)
     return tref.merge_heads(heads) @ p["W_o"], weights
+
+
+def _rms_norm_in_dtype(x, gain, eps):
+    """RMSNorm with mean(x²) in x's own dtype: in float16, inf once a row holds |x| >= 256."""
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * gain  # BUG: no upcast to float32 for the statistics
+
+
+@mutant(replaces="llama_block_step", killed_by="llama.block_agrees_with_reference", dtype="float16",
+        also_named_by=("llama.logits_agree_with_reference",),  # "an RMSNorm squaring a float16 stream without an upcast"
+        bug="the block's RMSNorm squares its float16 stream without an upcast: rows past 256 square to inf and normalise to 0 "
+        "(nntrainer/nntrainer#3935: its CausalLM's fp16 RMSNorm accumulates x² in fp16 and overflows)")
+def llama_norm_in_float16(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=EPS):
+    p = params
+    attended, cache = ref.llama_attention(_rms_norm_in_dtype(x, p["attn_norm"], eps), p, n_heads, n_kv_heads, positions, rope_base,
+                                          window, cache, pairing=pairing)
+    h = x + attended
+    return h + swiglu(_rms_norm_in_dtype(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"]), cache

@@ -155,3 +155,12 @@ def chunk_from_zero_mla_decode(x, params, n_heads, positions, rope_base=ROPE_BAS
         outs.append(merge_heads(mla_absorbed(q, cache, params, n_heads, mscale)) @ params["W_o"])
         start += n
     return np.concatenate(outs, axis=1), cache
+
+
+@mutant(replaces="mla_latent", killed_by="mla.agrees_with_reference", dtype="float16",
+        bug="the latent's RMSNorm squares its float16 projection without an upcast: latents past 256 square to inf and normalise to "
+        "0 (xlite-dev/LeetCUDA#335: its fp16 rms_norm and layer_norm overflowed and gave zeros after dividing by infinity)")
+def latent_norm_in_float16(x, p, positions, rope_base, *, pairing="half_split", eps=EPS):
+    c = x @ p["W_dkv"]  # (B, T, r_kv)
+    latent = c / np.sqrt((c * c).mean(axis=-1, keepdims=True) + eps) * p["kv_norm"]  # BUG: c² in float16
+    return np.concatenate([latent, rope(x @ p["W_kr"], positions, rope_base, pairing=pairing)], axis=-1)

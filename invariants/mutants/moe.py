@@ -138,10 +138,8 @@ def tiled_dispatch_moe(x, router, experts, k):
     return out
 
 
-@mutant(replaces="top_k_gates", killed_by="moe.top_k_gates_masked_experts",
-        bug="an iterative top-k that excludes each chosen expert by setting its score to -inf: once only -inf scores are left it "
-        "picks an expert again (vllm-project/vllm-omni#7175: routes [2, 0, 0] for one finite score and top_k = 3)")
-def top_k_by_repeated_max(router_logits, k):
+def _routes_by_repeated_max(router_logits, k):
+    """(N, k) routes of an iterative top-k that excludes each chosen expert by setting its score to -inf."""
     N = router_logits.shape[0]
     selection = router_logits.copy()  # (N, E)
     routes = np.empty((N, k), dtype=np.int64)
@@ -149,6 +147,22 @@ def top_k_by_repeated_max(router_logits, k):
         best = selection.max(axis=-1, keepdims=True)  # (N, 1)
         routes[:, j] = np.argmax(selection == best, axis=-1)  # the lowest index at the max: any -inf one once the max is -inf
         selection[np.arange(N), routes[:, j]] = -np.inf  # BUG: excluded by score, so a chosen expert ties with the masked ones
+    return routes
+
+
+@mutant(replaces="top_k_gates", killed_by="moe.top_k_gates_masked_experts",
+        bug="an iterative top-k that excludes each chosen expert by setting its score to -inf: once only -inf scores are left it "
+        "picks an expert again (vllm-project/vllm-omni#7175: routes [2, 0, 0] for one finite score and top_k = 3)")
+def top_k_by_repeated_max(router_logits, k):
+    N = router_logits.shape[0]
+    routes = _routes_by_repeated_max(router_logits, k)  # (N, k)
     gates = np.zeros_like(router_logits)
     np.add.at(gates, (np.arange(N)[:, None], routes), softmax(np.take_along_axis(router_logits, routes, axis=-1)))
     return gates
+
+
+@mutant(replaces="tokens_per_expert", killed_by="moe.tokens_per_expert_masked_experts",
+        bug="tokens counted from an iterative top-k that excludes each chosen expert by setting its score to -inf: a token with fewer "
+        "than k finite scores counts one expert twice (vllm-project/vllm-omni#7175: routes [2, 0, 0] for one finite score, top_k = 3)")
+def tokens_counted_by_repeated_max(router_logits, k):
+    return np.bincount(_routes_by_repeated_max(router_logits, k).ravel(), minlength=router_logits.shape[-1])

@@ -3,6 +3,7 @@
 import numpy as np
 
 from invariants.mutants import mutant
+from invariants.mutants.moe import _routes_by_repeated_max
 from invariants.reference.numpy import group_scores, grouped_top_k_indices, sigmoid, softmax, top_k_indices
 
 
@@ -117,3 +118,17 @@ def never_renormalised_softmax_top_k_gates(router_logits, k, norm_topk_prob):
 def reversed_expert_bias_update(bias, tokens_per_expert, rate):
     counts = np.asarray(tokens_per_expert, dtype=np.int64)
     return bias + np.sign(counts * counts.size - counts.sum()).astype(bias.dtype) * rate  # BUG: sign(load - mean)
+
+
+@mutant(
+    replaces="softmax_top_k_gates",
+    killed_by="routing.softmax_top_k_gates_masked_experts",
+    bug="an iterative top-k that excludes each chosen expert by setting its score to -inf keeps an expert twice once only -inf is "
+    "left, and the renormalised gates halve (vllm-project/vllm-omni#7175: routes [2, 0, 0] for one finite score and top_k = 3)",
+)
+def repeated_max_softmax_top_k_gates(router_logits, k, norm_topk_prob):
+    top = _routes_by_repeated_max(router_logits, k)  # (N, k), BUG: a kept expert again where fewer than k scores are finite
+    probs = np.take_along_axis(softmax(router_logits), top, axis=-1)  # (N, k)
+    if norm_topk_prob:
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    return _gates_at(router_logits, top, probs)

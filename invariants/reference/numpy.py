@@ -78,22 +78,32 @@ def cross_entropy(logits, targets):
 # ---------------------------------------------------------------------------
 
 
+def _statistics_dtype(x):
+    """The dtype a norm squares x in: float32 for 16-bit rows (x² overflows float16 past |x| ≈ 256: 65504 is its largest
+    value), x's own otherwise; torch's norm kernels and transformers' RMSNorm upcast alike."""
+    return np.promote_types(x.dtype, np.float32)
+
+
 def layer_norm(x, gain, bias, eps=EPS):
     """Normalise each row (one token's features) to mean 0 and variance 1, then scale and shift.
 
     The variance is the population one (divide by d, not d - 1), and eps sits inside the
-    square root, as in torch.nn.LayerNorm and GPT-2.
+    square root, as in torch.nn.LayerNorm and GPT-2. In float32 at least (_statistics_dtype), rounded back to x's dtype once.
     """
-    mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
-    centred = x - mean  # (..., d)
+    y = x.astype(_statistics_dtype(x), copy=False)
+    mean = y.mean(axis=-1, keepdims=True)  # (..., 1)
+    centred = y - mean  # (..., d)
     var = (centred * centred).mean(axis=-1, keepdims=True)  # (..., 1)
-    return centred * (1 / np.sqrt(var + eps)) * gain + bias  # times the reciprocal, as in softmax: bits unlike the textbook's
+    normed = centred * (1 / np.sqrt(var + eps)) * gain + bias  # times the reciprocal, as in softmax: bits unlike the textbook's
+    return normed.astype(x.dtype, copy=False)
 
 
 def rms_norm(x, gain, eps=EPS):
-    """Divide each row by its root mean square, then scale: LayerNorm without centring or bias."""
-    mean_square = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
-    return x / np.sqrt(mean_square + eps) * gain
+    """Divide each row by its root mean square, then scale: LayerNorm without centring or bias, in float32 at least
+    (_statistics_dtype), rounded back to x's dtype once."""
+    y = x.astype(_statistics_dtype(x), copy=False)
+    mean_square = (y * y).mean(axis=-1, keepdims=True)  # (..., 1)
+    return (y / np.sqrt(mean_square + eps) * gain).astype(x.dtype, copy=False)
 
 
 def gelu(x):
@@ -928,7 +938,7 @@ def gemma_rms_norm(x, w, eps):
 
     (..., d), (d,) -> (..., d). Llama rounds the normalised x to its dtype before the gain; Gemma multiplies by (1 + w) first.
     """
-    work = np.promote_types(x.dtype, np.float32)  # 16-bit inputs upcast
+    work = _statistics_dtype(x)  # 16-bit inputs upcast
     y = x.astype(work)
     return (y / np.sqrt((y * y).mean(axis=-1, keepdims=True) + eps) * (1 + w.astype(work))).astype(x.dtype)
 

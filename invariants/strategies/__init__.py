@@ -8,7 +8,7 @@ One module per component:
 
     core          grid_values, byte_arrays, float_arrays, weights, attention_shapes (long sequences), swept_lengths, dtypes, devices
     softmax       logits (row patterns: uniform, tied max, dominant, masked), large_logits, shifts, targets
-    norms         norm_rows (row spread bounded away from 0), scale_factors, gains_and_biases
+    norms         norm_rows (row spread bounded away from 0), scale_factors, gains_and_biases, loud_rows (float16 overflow)
     activation    activation_inputs, paddings
     attention     attention_inputs (long sequences, scores up to 1e4, degenerate rows)
     feed_forward  hidden_states, feed_forward_weights
@@ -78,7 +78,7 @@ from invariants.strategies.gemma import GEMMA_WIDTHS, embedding_widths, gemma_no
 from invariants.strategies.layer_types import HybridConfig, gemma_layer_types, hybrid_configs, qwen2_layer_types
 from invariants.strategies.mla import MSCALES, mla_decode_inputs, mla_inputs, yarn_mscale
 from invariants.strategies.moe import MoEShape, masked_router_logits, moe_params, moe_shapes, moe_tokens, router_logits, uniform_mean_router_logits
-from invariants.strategies.norms import gains_and_biases, norm_rows, scale_factors
+from invariants.strategies.norms import gains_and_biases, loud_rows, norm_rows, scale_factors
 from invariants.strategies.params import GPTConfig, block_params, gpt_configs, gpt_params, init_block_params, init_gpt_params, token_ids
 from invariants.strategies.rope_scaling import partial_rope_inputs, rope_frequency_inputs, rope_scalings
 from invariants.strategies.routing import (
@@ -105,7 +105,7 @@ __all__ = [
     "GQAShape", "LlamaConfig", "attention_args", "cross_args", "cross_inputs", "decode_schedules", "decoder_block_params", "gqa_args",
     "gqa_inputs", "gqa_shapes", "init_decoder_block_params", "init_llama_block_params", "init_llama_params", "llama_block_params",
     "llama_configs", "llama_params", "position_runs", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
-    "masked_router_logits",
+    "loud_rows", "masked_router_logits",
     # Gemma's details (the (1 + w) norm, the scaled embedding)
     "GEMMA_WIDTHS", "embedding_widths", "gemma_norm_inputs", "gemma_norm_weights", "scaled_embedding_inputs",
     # MoE routing as shipped (DeepSeek-V3, Qwen3-MoE)

@@ -4,6 +4,7 @@ Rows are grid values (strategies/core.py), centred, then scaled by a power of tw
 towards rows like [1, -1] and [0.5, -0.5], and their spread never reaches 0 (a row that would be
 flat gets a +1 and a -1 added). Large rows (max_row_std up to 2**12) reach where x² overflows
 float16 (|x| >= 256), and zero_rows=True adds rows of exact zeros where a law is well-posed there.
+loud_rows takes such rows into every function with a norm inside (blocks, models, decoders) in float16 runs.
 """
 
 from __future__ import annotations
@@ -109,3 +110,44 @@ def gains_and_biases(d: int) -> SearchStrategy[tuple[np.ndarray, np.ndarray]]:
 
     return st.builds(build, byte_arrays((d,)), byte_arrays((d,)), grid_values((d,)))
 
+
+
+LOUD_EXPONENTS = (8, 9, 10)  # a loud row's largest |x| lands in [2^e, 2^(e+1)): 256 to 2047, whose square overflows float16
+
+
+@cached_strategy
+def loud_rows(arrays: SearchStrategy, dtype: str, *, part: str | None = None) -> SearchStrategy:
+    """arrays' draws (or the array at `part` of the dicts it draws) with, in a float16 run and about half the draws, some rows
+    (the last axis: a token's features, an embedding's entry) scaled by a power of two to a largest |x| of 256 to 2047.
+
+    Trained models' residual streams hold such values, and every norm in the protocol takes its statistics in float32
+    (norms.rms_norm_large_rows): one that squares in float16 overflows there (x² > 65504) and divides by inf. Every other
+    dtype gets arrays' own draws: bfloat16 holds float32's range, and float64 and float32 runs keep their laws at unit scale.
+    Powers of two keep the values exact; rows of zeros stay 0.
+    """
+    if not isinstance(dtype, str):
+        raise InvalidArgument(f"dtype={dtype!r} must be a dtype's name, such as 'float16'")
+    if dtype != "float16":
+        return arrays
+
+    @st.composite
+    def louder(draw):
+        value = draw(arrays)
+        if not draw(st.booleans()):
+            return value
+        x = value if part is None else value[part]
+        rows = x.reshape(-1, x.shape[-1])  # (n, d)
+        chosen = draw(byte_arrays((len(rows),)))  # (n,): a row is loud at >= 128, and the highest always
+        loud = (chosen >= 128) | (np.arange(len(rows)) == np.argmax(chosen))
+        top = np.abs(rows).max(axis=-1)  # (n,)
+        exponent = draw(sampled_from(LOUD_EXPONENTS)) - np.floor(np.log2(np.where(top > 0, top, 1.0)))  # (n,)
+        scaled = (rows * 2.0 ** np.where(loud, np.maximum(exponent, 0.0), 0.0)[:, None]).reshape(x.shape)
+        return scaled if part is None else {**value, part: scaled}
+
+    return louder()
+
+
+def quiet_rows(x):
+    """(...) bool: the rows of x (..., d) at unit size, which loud_rows left alone (largest |x| below 256). A 16-bit check is
+    norm-wise, at the whole answer's largest value: beside loud rows, these are held again at their own scale."""
+    return np.abs(np.asarray(x)).max(axis=-1) < 2.0 ** LOUD_EXPONENTS[0]

@@ -19,7 +19,7 @@ from hypothesis.strategies import SearchStrategy
 
 from invariants.strategies._validation import check_int, check_int_range
 from invariants.strategies.core import byte_arrays, cached_strategy, integers, sampled_from, small_ints
-from invariants.strategies.moe import moe_shapes, router_logits
+from invariants.strategies.moe import masked_router_logits, moe_shapes, router_logits
 
 BIAS_STEP, MAX_BIAS = 1 / 4, 2.0  # balancing biases: multiples of 1/4 in [-2, 2], the size of σ's whole range and more
 BIAS_PATTERNS = ("zero", "tied", "spread")  # no bias (plain sigmoid top-k), one value for every expert (it cancels), any
@@ -104,14 +104,16 @@ def grouped_routing_inputs(shapes: SearchStrategy[GroupedRoutingShape] | None = 
 
 
 @cached_strategy
-def softmax_routing_inputs(*, ties: bool = True, max_tokens: int = 8, max_experts: int = 8) -> SearchStrategy[dict[str, Any]]:
-    """{router_logits (N, E), k, norm_topk_prob}: one call of softmax_top_k_gates; ties=False draws tie-free rows."""
+def softmax_routing_inputs(*, ties: bool = True, masked: bool = False, max_tokens: int = 8,
+                           max_experts: int = 8) -> SearchStrategy[dict[str, Any]]:
+    """{router_logits (N, E), k, norm_topk_prob}: one call of softmax_top_k_gates; ties=False draws tie-free rows, masked=True
+    tie-free rows with experts masked to -inf and k >= 2, some tokens keeping fewer than k finite scores (masked_router_logits)."""
 
     @st.composite
     def inputs(draw):
-        shape = draw(moe_shapes(max_tokens=max_tokens, max_experts=max_experts))
-        return {"router_logits": draw(router_logits(shape.tokens, shape.experts, ties=ties)), "k": shape.k,
-                "norm_topk_prob": draw(st.booleans())}
+        shape = draw(moe_shapes(max_tokens=max_tokens, max_experts=max_experts, min_k=2 if masked else 1))
+        logits = masked_router_logits(shape.tokens, shape.experts, shape.k) if masked else router_logits(shape.tokens, shape.experts, ties=ties)
+        return {"router_logits": draw(logits), "k": shape.k, "norm_topk_prob": draw(st.booleans())}
 
     return inputs()
 
