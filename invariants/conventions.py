@@ -133,6 +133,9 @@ CONVENTIONS = {
         Convention("ROPE_THETA", (float,), None,
                    "drawn with this RoPE base only (undeclared: 10,000, 500,000 and 100), for code whose base is fixed",
                    bounds=THETA_BOUNDS, real=THETA_IN_REAL_CODE),
+        Convention("ROPE_BASE_PER_LAYER_TYPE", (True, False), True,
+                   "False (one rope_theta for every layer, as in Qwen2, Gemma 2 and gpt-oss; Gemma 3 has one per type): the local and "
+                   "global layers are drawn with one RoPE base, and the law that changes one type's base alone is skipped"),
         Convention("COMPUTE_DTYPE", ("float32",), None,
                    "'float32' (RMSNorm, RoPE, LayerNorm or the softmax computed in float32 whatever the input dtype): in a float64 "
                    "run every invariant held to rounding holds it to float32's tolerance (none is skipped), the exact ones run as "

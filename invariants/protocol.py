@@ -325,7 +325,8 @@ each query sees its last `window` keys, itself included, with RoPE base `rope_ba
 1024; bases 10,000 local and 1,000,000 global); gpt-oss alternates from a sliding layer 0 (window 128); Qwen2 with
 `use_sliding_window` has its first `max_window_layers` layers full and the rest sliding. A model with one type everywhere is
 `llama_logits` (every layer full: no window; every layer sliding: that window). **hybrid_decode**'s cache may keep only the last
-w − 1 positions (or more) in a sliding layer and must keep every position in a full one.
+w − 1 positions (or more) in a sliding layer and must keep every position in a full one. A model with one `rope_theta` for every
+layer (Qwen2, Gemma 2, gpt-oss) declares `ROPE_BASE_PER_LAYER_TYPE = False` and is given equal bases.
 """
 
 STREAMING_DETAILS = """\
@@ -896,7 +897,7 @@ FUNCTIONS = {
                        "rope_bases {layer type: float}"),
             outputs=("logits",), floating=("logits",), shown=("ids", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases"),
             builds_on=("llama_logits",), version=2, details=LAYER_TYPES_DETAILS,
-            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "CHUNKS_WITHIN_WINDOW"),
+            honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "CHUNKS_WITHIN_WINDOW", "ROPE_BASE_PER_LAYER_TYPE"),
             leaks="hybrid_logits' answer is not in the params' dtype: the final norm or the head upcast",
             answer_form=lambda ids, params, *rest: floats(shape_of(ids) + shape_of(params["embed"])[:1]),
         ),
@@ -910,7 +911,7 @@ FUNCTIONS = {
             shown=("ids", "n_heads", "n_kv_heads", "layer_types", "window", "rope_bases", "chunks"),
             builds_on=("hybrid_logits", "llama_decode"), version=2,
             honours=("RMS_NORM_EPS", "ROPE_PAIRING", "QKV_BIASES", "MAX_DECODE_CHUNK", "CHUNKS_WITHIN_WINDOW",
-                     "DECODE_CHUNKS_WITHIN_WINDOW"),
+                     "DECODE_CHUNKS_WITHIN_WINDOW", "ROPE_BASE_PER_LAYER_TYPE"),
             leaks="hybrid_decode's logits are not in the params' dtype: the cache or the head upcast",
             answer_form=lambda ids, params, n_heads, n_kv_heads, layer_types, window, rope_bases, chunks: (
                 floats(shape_of(ids) + shape_of(params["embed"])[:1]),

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import invariants.reference.numpy as ref
 from invariants.asserts import assert_close, assert_equal, assert_shape, assert_where
-from invariants.conventions import declared, rms_norm_eps
+from invariants.conventions import declared, declared_skip, rms_norm_eps
 from invariants.inputs import valid_inputs
 from invariants.laws.decoding import schedules_for
 from invariants.laws.llama import model_condition
@@ -35,13 +35,19 @@ HOLDS = ("hybrid_logits", "hybrid_decode")  # the protocol functions whose laws 
 MAX_SEQ = 7  # sequences cross windows of up to 3 and two layers' receptive field
 
 
-def draw_hybrid(impl, case, *, min_seq=1, decoding=False, **options):
-    """A HybridConfig, params and ids (B, T) impl takes: q/k/v biases only under QKV_BIASES = True, whole sequences of at most
-    w tokens under CHUNKS_WITHIN_WINDOW (not for decoding, whose chunks schedules_for bounds)."""
+def _configs(impl, **options):
+    """hybrid_configs(**options) for impl: q/k/v biases only under QKV_BIASES = True, one base for both types under
+    ROPE_BASE_PER_LAYER_TYPE = False."""
     options.setdefault("qkv_bias", None if declared(impl, "QKV_BIASES") else False)
+    return hybrid_configs(one_base=not declared(impl, "ROPE_BASE_PER_LAYER_TYPE"), **options)
+
+
+def draw_hybrid(impl, case, *, min_seq=1, decoding=False, **options):
+    """A HybridConfig, params and ids (B, T) impl takes (_configs), whole sequences of at most w tokens under
+    CHUNKS_WITHIN_WINDOW (not for decoding, whose chunks schedules_for bounds)."""
     if declared(impl, "CHUNKS_WITHIN_WINDOW") and not decoding:
         options["min_window"] = max(min_seq, options.get("min_window", 1))
-    hybrid = case.draw(hybrid_configs(**options), "hybrid config")
+    hybrid = case.draw(_configs(impl, **options), "hybrid config")
     config = hybrid.config
     longest = config.window if declared(impl, "CHUNKS_WITHIN_WINDOW") and not decoding else MAX_SEQ
     params = case.draw(loud_rows(llama_params(config), impl.dtype, part="embed"), "params")  # embeddings past 256 in float16
@@ -109,8 +115,7 @@ def one_type_is_llama(impl, case):
 def far_tokens_unseen_by_sliding_layers(impl, case):
     """With every layer sliding (window w, L layers), changing the ids at positions < j leaves the logits at positions >= j + L·(w − 1)
     exactly equal: a position's receptive field is its last L·(w − 1) + 1 tokens."""
-    hybrid = case.draw(hybrid_configs(patterns=("all sliding",), max_layers=2,
-                                      qkv_bias=None if declared(impl, "QKV_BIASES") else False), "hybrid config")
+    hybrid = case.draw(_configs(impl, patterns=("all sliding",), max_layers=2), "hybrid config")
     config = hybrid.config
     reach = config.n_layers * (config.window - 1)
     if declared(impl, "CHUNKS_WITHIN_WINDOW") and reach + 2 > config.window:  # its forward refuses a sequence long enough to show it
@@ -130,6 +135,7 @@ def far_tokens_unseen_by_sliding_layers(impl, case):
     requires=("hybrid_logits",),
     hint="a layer reads the other type's RoPE base: Gemma 3's global layers on the local base (10,000 for 1,000,000), one base "
     "for every layer, or the bases keyed the other way round",
+    applies=declared_skip("ROPE_BASE_PER_LAYER_TYPE", lambda per_type: not per_type, "its layers share one base: no type's base changes alone"),
 )
 def rope_base_read_by_type(impl, case):
     """Where every layer has one type, changing the other type's RoPE base leaves the logits exactly equal."""

@@ -4,7 +4,7 @@
 The patterns are the shipped ones (Gemma 2 and gpt-oss alternate from a sliding layer 0, Gemma 3 has five local layers to
 one global, Qwen2 has its first max_window_layers layers full) besides one type everywhere and any mix; the window is always
 set (a sliding layer needs one) and small, so that sequences of up to 7 tokens cross it; the two bases are drawn apart or
-equal. Shrinks towards one layer, all sliding, one base.
+equal (only equal for a model with one rope_theta: one_base). Shrinks towards one layer, all sliding, one base.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from invariants.strategies._validation import check_int, check_int_range
+from invariants.strategies._validation import check_choice, check_int, check_int_range
 from invariants.strategies.core import cached_strategy, integers, sampled_from
 from invariants.strategies.decoder import ROPE_BASES, LlamaConfig, llama_configs
 
@@ -60,18 +60,21 @@ def _layer_types(pattern, n_layers, draw):
 
 @cached_strategy
 def hybrid_configs(*, min_layers=1, max_layers=3, patterns=LAYER_PATTERNS, min_window=1, max_window=3, qkv_bias=None,
-                   bases=ROPE_BASES) -> SearchStrategy[HybridConfig]:
+                   bases=ROPE_BASES, one_base=False) -> SearchStrategy[HybridConfig]:
     """HybridConfig: a llama_configs draw with a window in [min_window, max_window], layer types from one of `patterns`, and
-    {"sliding_attention": base, "full_attention": base} drawn from `bases` (equal or apart, as Gemma 2's or Gemma 3's)."""
+    {"sliding_attention": base, "full_attention": base} drawn from `bases` (equal or apart, as Gemma 2's or Gemma 3's; equal
+    where one_base)."""
     check_int_range("layers", min_layers, max_layers, low=1)
     check_int_range("window", min_window, max_window, low=1)
     check_int("patterns", len(patterns), low=1)
+    check_choice("one_base", one_base, (True, False))
 
     @st.composite
     def configs(draw):
         config = draw(llama_configs(min_layers=min_layers, max_layers=max_layers, windowed=True, min_window=min_window, max_window=max_window,
                                     qkv_bias=qkv_bias, bases=bases))
         layer_types = _layer_types(draw(sampled_from(tuple(patterns))), config.n_layers, draw)
-        return HybridConfig(config, layer_types, {SLIDING: config.rope_base, FULL: draw(sampled_from(tuple(bases)))})
+        full_base = config.rope_base if one_base else draw(sampled_from(tuple(bases)))
+        return HybridConfig(config, layer_types, {SLIDING: config.rope_base, FULL: full_base})
 
     return configs()
