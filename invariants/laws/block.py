@@ -255,8 +255,8 @@ def permutation_equivariant(impl, case):
     requires=("transformer_block",),
     hint="the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, "
          "not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), "
-         "LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM); or a LayerNorm "
-         "whose variance is taken in float16 (rows spread past 256: inf)",
+         "LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM); or LayerNorm's "
+         "variance in float16 (inf past 256)",
 )
 def agrees_with_reference(impl, case):
     """transformer_block agrees with the float64 reference (to 1e-10 in float64, the dtype tolerance otherwise).

@@ -275,8 +275,7 @@ def value_bias_reaches_values(impl, case):
     requires=("llama_block",),
     hint="the block differs from Llama's: RMSNorm (not LayerNorm, eps inside the root) before each sublayer, attention then "
     "SwiGLU in sequence, grouped-query heads in repeat-interleave order, RoPE θ_i = rope_base^(-2i/D) in the declared pairing, "
-    "the q/k/v biases used when given (QKV_BIASES = True), the window as min(p + 1, w) keys; or an RMSNorm squaring a float16 "
-    "stream without an upcast (past 256, x² is inf)",
+    "the q/k/v biases used when given (QKV_BIASES = True), the window as min(p + 1, w) keys; or RMSNorm's x² in float16 (inf past 256)",
 )
 def block_agrees_with_reference(impl, case):
     """llama_block agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise), on
@@ -330,8 +329,7 @@ def model_causal_non_leakage(impl, case):
 @invariant(
     requires=("llama_logits",),
     hint="the model differs from the protocol's Llama: embeddings not scaled, the blocks in order, a final RMSNorm (norm) and "
-    "an untied head W_out (d, V) — not the embedding table transposed; or an RMSNorm squaring a float16 stream without an "
-    "upcast (embeddings past 256: x² is inf)",
+    "an untied head W_out (d, V) — not the embedding table transposed; or RMSNorm's x² in float16 (inf past 256)",
 )
 def logits_agree_with_reference(impl, case):
     """llama_logits agrees with the float64 reference in its RoPE pairing (1e-10 in float64, the dtype tolerance otherwise)."""
