@@ -8,7 +8,7 @@ its first failure or the time cap: `pytest --pyargs invariants -n 2 -x --invaria
 failing test ends the measurement), and `hypothesis fuzz -n 2` on invariants/fuzz.py with a fresh folder as --examples-db (a
 failure under any invariant's key ends it, shrunk or not). CPU time is that of the whole process tree
 (workers included), sampled every half second; startup and collection count. One torch thread per process.
-These mutants are also --impl targets of this file (`--impl benchmarks/fuzz_vs_thorough.py:reach_layer_norm_tile_4x11`).
+These mutants are also --impl targets of this file (`--impl benchmarks/fuzz_vs_thorough.py:reach_layer_norm_tile_1x11`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from invariants.mutants.reach import REACH  # noqa: E402
 
 # The two of invariants/mutants/reach.py, which more examples find, and the two documented survivors, which the strategies cannot reach.
 MUTANTS = {
-    "reach.layer_norm_tile_4x11": REACH["reach.layer_norm_tile_4x11"],
+    "reach.layer_norm_tile_1x11": REACH["reach.layer_norm_tile_1x11"],
     "reach.attention_tile_2x7x3": REACH["reach.attention_tile_2x7x3"],
     "documented.pytorch_log_softmax_adds_max_first": DOCUMENTED["documented.pytorch_log_softmax_adds_max_first"],
     "documented.pytorch_cpu_layer_norm_naive_variance": DOCUMENTED["documented.pytorch_cpu_layer_norm_naive_variance"],

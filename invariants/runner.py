@@ -192,10 +192,10 @@ def _replay_notes(exc):
 
 
 def _engine_examples(direct_draws):
-    """A long search's examples by hypothesis's engine before direct draws: 100, or None (the engine throughout) for TI_DIRECT_DRAWS=0."""
+    """A search's examples by hypothesis's engine before direct draws: 20, or None (the engine throughout) for TI_DIRECT_DRAWS=0."""
     if direct_draws not in ("0", "1"):
         raise ValueError(f"TI_DIRECT_DRAWS={direct_draws!r} must be 1 (draw directly past the engine's examples) or 0 (the engine throughout)")
-    return 100 if direct_draws == "1" else None
+    return 20 if direct_draws == "1" else None
 
 
 ENGINE_EXAMPLES = _engine_examples(os.environ.get("TI_DIRECT_DRAWS", "1"))  # a longer search runs the engine for this many, then draws directly

@@ -27,10 +27,13 @@ from invariants.profiles import profile_settings, sharing
 all_invariants()
 ROOT = Path(__file__).resolve().parent.parent
 # every ci run passes it (test_the_ci_profile_misses_each_hidden_reach_mutant_in_its_component)
-MUTANT = "invariants.mutants.reach:layer_norm_tile_4x11"
+MUTANT = "invariants.mutants.reach:layer_norm_tile_1x11"
 # The norms invariants that see it soonest (a few hundred random examples at most), so two workers find it in seconds.
 TARGETS = "layer_norm_agrees_with_reference or layer_norm_row_statistics or rms_norm_of_centred_is_layer_norm"
-FUZZ_SECONDS = 150  # the bound on the fuzzing: about 15 s here on a quiet machine, over 100 s with the cores shared five ways
+# The bound on the fuzzing is its work, the workers' CPU time, which a loaded machine does not stretch as it stretches the wall clock:
+# to the first failure, 3.6 to 47 CPU s (median 19) in 6 runs at a load of 8, which took 9 to 99 s of wall clock (4 to 61 s in 6 runs
+# at loads 1.5 to 5), so 300 CPU s is over 6 times the slowest seen. The wall clock only stops a machine too loaded to give that time.
+FUZZ_CPU_SECONDS, FUZZ_WALL_SECONDS = 300, 900
 
 
 def _reference(dtype="float64"):
@@ -75,15 +78,15 @@ def test_a_bad_examples_db_address_is_one_clear_error(tmp_path):
 @pytest.mark.parametrize("writer", ["dev", "thorough"])
 def test_ci_replays_the_database_read_only_and_dev_and_thorough_write_it(writer, tmp_path):
     db = DirectoryBasedExampleDatabase(tmp_path)
-    inv, mutant = REGISTRY["norms.layer_norm_row_statistics"], REACH["reach.layer_norm_tile_4x11"].implementation()
+    inv, mutant = REGISTRY["norms.layer_norm_row_statistics"], REACH["reach.layer_norm_tile_1x11"].implementation()
     ci = sharing("ci", db)
     assert isinstance(ci.database, ReadOnlyDatabase) and ci.derandomize and sharing("thorough", db).database is db
-    assert run_invariant(inv, mutant, settings=ci).passed  # nothing stored: ci's own 60 examples, which miss the (4, 11) tile
+    assert run_invariant(inv, mutant, settings=ci).passed  # nothing stored: ci's own 60 examples, which miss the (1, 11) tile
     search = settings(sharing(writer, db), max_examples=3_000)  # the engine, or a direct draw past its first 100, finds it
     assert search.database is db and run_invariant(inv, mutant, settings=search).status == "failed"
     before = sorted(p.name for p in tmp_path.rglob("*"))
     replayed = run_invariant(inv, mutant, settings=ci)
-    assert replayed.status == "failed" and replayed.examples_to_failure == 1 and "x: float64 (4, 11)" in replayed.report
+    assert replayed.status == "failed" and replayed.examples_to_failure == 1 and "x: float64 (1, 11)" in replayed.report
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # ci wrote nothing
     assert run_invariant(inv, _reference(), settings=ci).passed  # the reference's key holds nothing of the mutant's
 
@@ -98,8 +101,20 @@ def test_the_ci_profile_misses_each_hidden_reach_mutant_in_its_component():
         assert not failed, f"{mutant.name} is found at ci by {failed}: no longer a hidden-reach mutant"
 
 
-def _fuzz(url, deadline):
-    """Two HypoFuzz workers on TARGETS against MUTANT until a failure is in the database or `deadline`; the process group is then ended."""
+def _cpu_seconds(group):
+    """The CPU time (user and system, with that of reaped children) of the processes of a process group, from Linux's /proc; 0 elsewhere."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError):  # a process that ended meanwhile
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            if int(fields[2]) == group:
+                ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _fuzz(url, cpu_seconds, deadline):
+    """Two HypoFuzz workers on TARGETS against MUTANT until a failure is in the database, or they have spent `cpu_seconds` of CPU time,
+    or `deadline`; the process group is then ended."""
     hypothesis_cli = Path(sys.executable).with_name("hypothesis")
     command = [str(hypothesis_cli), "fuzz", "-n", "2", "--no-dashboard", "--", "-p", "no:cacheprovider", "--pyargs", "invariants.fuzz",
                "-k", TARGETS, "--impl", MUTANT, "--examples-db", url]
@@ -107,7 +122,7 @@ def _fuzz(url, deadline):
     database = open_database(url)
     fuzzer = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        while time.monotonic() < deadline and fuzzer.poll() is None:
+        while time.monotonic() < deadline and _cpu_seconds(fuzzer.pid) < cpu_seconds and fuzzer.poll() is None:
             if any(next(iter(database.fetch(key)), None) is not None for key in keys):
                 return True
             time.sleep(1)
@@ -135,16 +150,19 @@ def test_a_failure_two_fuzz_workers_find_is_replayed_shrunk_by_every_ci_run_shar
         pytest.skip(REDIS_MISSING)
     assert _ci(None, MUTANT).returncode == 0  # ci alone misses the bug
     with redis_server(tmp_path) as url:
-        assert _fuzz(url, time.monotonic() + FUZZ_SECONDS), f"two HypoFuzz workers found no failure of {MUTANT} in {FUZZ_SECONDS} s"
+        assert _fuzz(url, FUZZ_CPU_SECONDS, time.monotonic() + FUZZ_WALL_SECONDS), (
+            f"two HypoFuzz workers found no failure of {MUTANT} in {FUZZ_CPU_SECONDS} s of CPU time (or {FUZZ_WALL_SECONDS} s)")
         failing = _ci(url, MUTANT)
         assert failing.returncode == 1, failing.stdout[-3000:]
-        assert "example (shrunk):\n  x: float64 (4, 11)" in failing.stdout, failing.stdout[-3000:]
+        assert "example (shrunk):\n  x: float64 (1, 11)" in failing.stdout, failing.stdout[-3000:]
         assert "FAILED invariants/test_invariants.py::test_invariant[norms." in failing.stdout
         correct = _ci(url, "reference.numpy")
         assert correct.returncode == 0, correct.stdout[-3000:]
 
 
-TILE_SUBMISSION = '''"""A student's layer_norm with the (4, 11) tile bug of invariants.mutants.reach: ci's examples miss it."""
+# A one-tile bug like invariants.mutants.reach's, on a tile the gate's 60 examples for this secret miss: they hit 8 of
+# 12 tiles tried (of the 90 the norms strategies draw), so the tile is chosen for the seed, as a fixture.
+TILE_SUBMISSION = '''"""A student's layer_norm that divides by d - 1 on (5, 8) inputs alone: the gate's examples miss it."""
 import numpy as np
 
 BACKEND = "numpy"
@@ -152,7 +170,7 @@ BACKEND = "numpy"
 
 def layer_norm(x, gain, bias, eps):
     centred = x - x.mean(axis=-1, keepdims=True)
-    width = x.shape[-1] - 1 if x.shape[-2:] == (4, 11) else x.shape[-1]
+    width = x.shape[-1] - 1 if x.shape[-2:] == (5, 8) else x.shape[-1]
     return centred / np.sqrt((centred**2).sum(axis=-1, keepdims=True) / width + eps) * gain + bias
 '''
 GATE_ASSIGNMENT = '[assignment]\nbackend = "numpy"\n[examples]\nprofile = "ci"\n[[invariants]]\nselect = ["norms.layer_norm_row_statistics"]\n'

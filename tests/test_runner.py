@@ -205,7 +205,7 @@ def test_without_conjecture_data_the_draw_is_st_datas_own():
 
 
 def test_ti_direct_draws_turns_direct_draws_off_or_on_and_names_its_values():
-    assert runner._engine_examples("1") == 100 and runner._engine_examples("0") is None
+    assert runner._engine_examples("1") == 20 and runner._engine_examples("0") is None
     with pytest.raises(ValueError, match=r"TI_DIRECT_DRAWS='yes' must be 1 \(draw directly past the engine's examples\) or 0"):
         runner._engine_examples("yes")
 
