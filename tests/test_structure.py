@@ -60,7 +60,10 @@ KNOWN = {
                                                 "invariants.laws.<component>): a law module's import of the registry closes a circle",
     ("invariants.inputs", "invariants.laws"): "the input builders are registered by importing their law module (entry's inputs.py)",
     ("invariants.mutants", "invariants.mutants"): "mutants/__init__.py both holds the Mutant model its zoos import and loads each zoo "
-                                                  "by name (a file no helper owns: for the lead)",
+                                                  "module it finds by name (all_mutants: no list to edit)",
+    ("invariants.strategies", "invariants.strategies"): "strategies/__init__.py loads each component module it finds by name, to export "
+                                                        "its __all__ (no list to edit); its __main__ reads those exports back to write the "
+                                                        "typing stub",
 }
 
 

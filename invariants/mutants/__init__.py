@@ -8,7 +8,8 @@ registers the mutant "norms.unbiased_layer_norm" (zoo module, function name). It
 implementation is a fresh copy of reference.numpy (or reference.torch, backend="torch")
 with that function swapped in, so everything built on it (the block, the model) inherits
 the bug. `killed_by` is the invariant whose hint names the bug: the project's tests assert
-that it fails on the mutant.
+that it fails on the mutant. A module that registers one is a zoo module: all_mutants() finds it
+by listing this package (ZOO_MODULES), with no list to edit.
 """
 
 from __future__ import annotations
@@ -19,11 +20,22 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from invariants.protocol import Implementation
 
-ZOO_MODULES = ("softmax", "activation", "norms", "attention", "feed_forward", "block", "model", "moe", "counts", "course", "dtypes", "shapes",
-               "finite", "decoder", "routing", "rope_scaling", "mla", "scores", "gemma", "layer_types", "streaming")
+# How a zoo module shows itself, at the top level of its source: a function registered with @mutant(...).
+_REGISTERS = re.compile(r"^@mutant\(", re.MULTILINE)
+
+
+def discover_zoo(folder=Path(__file__).parent):
+    """The zoo's modules, sorted by name: every module of this package that registers a mutant with @mutant at its top level,
+    read from its source without importing it. The catalogues kept apart (documented, reach) build their Mutants directly,
+    and the tools (matrix, course_checks) register none, so none of them is in the zoo."""
+    return tuple(path.stem for path in sorted(Path(folder).glob("*.py")) if _REGISTERS.search(path.read_text(encoding="utf-8")))
+
+
+ZOO_MODULES = discover_zoo()
 MUTANTS: dict = {}
 
 
@@ -73,7 +85,7 @@ def mutant(*, replaces, killed_by, bug, backend="numpy", dtype="float64", also_n
 
 
 def all_mutants():
-    """Every mutant in the zoo, module by module."""
+    """Every mutant in the zoo, module by module in the order of their names."""
     for zoo in ZOO_MODULES:
         importlib.import_module(f"invariants.mutants.{zoo}")
     return list(MUTANTS.values())

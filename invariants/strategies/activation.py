@@ -16,6 +16,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
 from invariants.strategies.core import byte_arrays, cached_strategy, float_arrays, integers, sampled_from
 
+__all__ = ["activation_inputs", "paddings"]
+
 ACTIVATION_PATTERNS = ("spread", "with zeros", "one value repeated")
 FLOAT16_SAFE = 40.0  # 40³ = 64000 < 65504: x³ in the tanh form stays finite in float16
 

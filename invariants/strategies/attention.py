@@ -29,6 +29,8 @@ from invariants.strategies.core import (
     weight_part,
 )
 
+__all__ = ["attention_args", "attention_inputs"]
+
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 # x patterns: "general"; "zero tokens" (about a third of the tokens, at least one, exactly 0: their query, key and value are 0);
 # "repeated token" (every token the same, so every score of a query is the same); "equal scores" (W_q = 0: every score 0).

@@ -38,6 +38,11 @@ from invariants import hypothesis_internals
 from invariants.strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 from invariants.tolerance import DTYPES
 
+__all__ = [
+    "AttentionShape", "EITHER_SIDE", "GRID", "LONG_LENGTHS", "TILE_LENGTHS", "attention_shapes", "byte_arrays", "devices", "dtypes",
+    "float_arrays", "grid_values", "seeds", "swept_lengths", "weights",
+]
+
 GRID_STEP = 1 / 64  # every GRID value is a multiple of this
 MIN_DRAWN, MAX_DRAWN = 32, 256  # bytes drawn per array (its size, if smaller than MIN_DRAWN); values beyond repeat them
 

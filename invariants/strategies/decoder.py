@@ -24,6 +24,12 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
 from invariants.strategies.core import cached_strategy, integers, just, mapped, sampled_from, scales, seeds
 
+__all__ = [
+    "GQAShape", "LlamaConfig", "cross_args", "cross_inputs", "decode_schedules", "decoder_block_params", "gqa_args", "gqa_inputs", "gqa_shapes",
+    "init_decoder_block_params", "init_llama_block_params", "init_llama_params", "llama_block_params", "llama_configs", "llama_params",
+    "position_runs", "qk_norm_args", "qk_norm_inputs", "rope_inputs", "swiglu_inputs",
+]
+
 ROPE_BASES = (10_000.0, 500_000.0, 100.0)  # Llama 2, Llama 3, and a small base whose low frequencies still turn
 KEY_MASK_PATTERNS = ("random", "left padding", "right padding", "one item fully padded")
 BIAS_STD = 0.2  # as strategies/params.py: biases and norm shifts small next to unit-size activations

@@ -16,6 +16,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import check_float, check_int, check_int_range, check_order
 from invariants.strategies.core import cached_strategy, float_arrays, grid_values, integers, nearest_power_of_two, scales
 
+__all__ = ["feed_forward_weights", "hidden_states"]
+
 
 @cached_strategy
 def hidden_states(*, min_batch: int = 1, max_batch: int = 3, min_seq: int = 1, max_seq: int = 8, min_d: int = 1, max_d: int = 16,

@@ -18,6 +18,8 @@ from invariants.strategies._validation import check_int, check_int_range
 from invariants.strategies.core import GRID, byte_arrays, cached_strategy, integers, sampled_from, seeds, small_ints
 from invariants.strategies.norms import norm_rows
 
+__all__ = ["GEMMA_WIDTHS", "embedding_widths", "gemma_norm_inputs", "gemma_norm_weights", "scaled_embedding_inputs"]
+
 GEMMA_EPS = (1e-6, 1e-5)  # rms_norm_eps: 1e-6 in every published Gemma config, 1e-5 as the suite's other norms
 WEIGHT_STEP = 1 / 256  # norm weights w: multiples of 1/256 in [-1/2, 1/2], exact in bfloat16; 1 + w often is not
 WEIGHT_PATTERNS = ("zero", "spread")  # w = 0 (the plain RMS normalisation, Gemma's initialisation) or any

@@ -18,6 +18,8 @@ from invariants.strategies._validation import check_choice, check_int, check_int
 from invariants.strategies.core import cached_strategy, integers, sampled_from
 from invariants.strategies.decoder import ROPE_BASES, LlamaConfig, llama_configs
 
+__all__ = ["HybridConfig", "gemma_layer_types", "hybrid_configs", "qwen2_layer_types"]
+
 SLIDING, FULL = "sliding_attention", "full_attention"  # transformers' names
 LAYER_PATTERNS = ("all sliding", "all full", "gemma2", "gemma3", "qwen2", "any")
 

@@ -20,6 +20,8 @@ from invariants.strategies._validation import check_float, check_int, check_int_
 from invariants.strategies.core import cached_strategy, integers, sampled_from, scales, seeds
 from invariants.strategies.decoder import ROPE_BASES, decode_schedules, position_runs
 
+__all__ = ["MSCALES", "mla_decode_inputs", "mla_inputs", "yarn_mscale"]
+
 
 def yarn_mscale(factor, mscale_all_dim):
     """YaRN's attention factor m = 0.1·mscale_all_dim·ln(factor) + 1 (1 for factor <= 1): MLA's softmax scale is m²/√(D_n + D_r)."""

@@ -22,6 +22,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import InvalidArgument, check_choice, check_float, check_int, check_int_range, check_order
 from invariants.strategies.core import GRID, byte_arrays, cached_strategy, integers, nearest_power_of_two, permutation_of, sampled_from, small_ints
 
+__all__ = ["MoEShape", "masked_router_logits", "moe_params", "moe_shapes", "moe_tokens", "router_logits", "uniform_mean_router_logits"]
+
 LOGIT_STEP = 1 / 8  # router logits are multiples of this
 MAX_LOGIT = 8.0  # |logit| <= 8 and a shift by as much stay within 16: multiples of 1/8 there are exact in bfloat16
 TOKEN_STEP, MAX_TOKEN = 1 / 4, 1.0  # moe inputs x: multiples of 1/4 in [-1, 1]

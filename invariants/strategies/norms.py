@@ -16,6 +16,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import InvalidArgument, check_float, check_int, check_int_range, check_order
 from invariants.strategies.core import GRID, GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, powers_of_two, sampled_from
 
+__all__ = ["gains_and_biases", "loud_rows", "norm_rows", "scale_factors"]
+
 MIN_UNIT_STD = 0.25  # a grid row is repaired until its population std is at least this
 LARGEST_ROW_STD = 2.0**12  # 4096: rows up to about ±12,000, still finite in float16 (65504)
 

@@ -22,6 +22,8 @@ from invariants.strategies._validation import InvalidArgument, check_int, check_
 from invariants.strategies.core import array_dicts, byte_arrays, cached_strategy, grid_reader, integers, just, sampled_from, weight_part
 from invariants.strategies.norms import gain_values
 
+__all__ = ["GPTConfig", "block_params", "gpt_configs", "gpt_params", "init_block_params", "init_gpt_params", "token_ids"]
+
 GRID_VALUES = grid_reader(1.0)  # embeddings: grid values of std 1
 ATTENTION_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")
 BIAS_STD = 0.2  # biases and norm shifts: small next to the unit-size activations, large enough to matter

@@ -19,6 +19,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies.core import byte_arrays, cached_strategy, float_arrays, integers, sampled_from
 from invariants.strategies.decoder import rope_inputs
 
+__all__ = ["partial_rope_inputs", "rope_frequency_inputs", "rope_scalings"]
+
 BASES = (10_000.0, 500_000.0, 50_000.0)  # Llama 2, Llama 3, a base between
 TRAINED_LENGTHS = (64, 2048, 4096, 8192)  # original_max_position_embeddings
 LINEAR_FACTORS = (2.0, 4.0, 1.5)

@@ -21,6 +21,10 @@ from invariants.strategies._validation import check_int, check_int_range
 from invariants.strategies.core import byte_arrays, cached_strategy, integers, sampled_from, small_ints
 from invariants.strategies.moe import masked_router_logits, moe_shapes, router_logits
 
+__all__ = [
+    "GroupedRoutingShape", "bias_update_inputs", "grouped_routing_inputs", "grouped_routing_shapes", "routing_biases", "softmax_routing_inputs",
+]
+
 BIAS_STEP, MAX_BIAS = 1 / 4, 2.0  # balancing biases: multiples of 1/4 in [-2, 2], the size of σ's whole range and more
 BIAS_PATTERNS = ("zero", "tied", "spread")  # no bias (plain sigmoid top-k), one value for every expert (it cancels), any
 SCALING_FACTORS = (1.0, 2.5, 2.827)  # routed_scaling_factor: none, DeepSeek-V3's (and R1's), Kimi K2's

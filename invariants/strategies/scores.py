@@ -21,6 +21,8 @@ from invariants.strategies._validation import check_int, check_int_range
 from invariants.strategies.core import byte_arrays, cached_strategy, integers, sampled_from, small_ints
 from invariants.strategies.decoder import gqa_inputs
 
+__all__ = ["alibi_inputs", "alibi_slope_arrays", "capped_logits", "head_counts", "sink_inputs", "sink_logits", "softcapped_inputs"]
+
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)  # BLOOM-560m has 16 heads, MPT-7B 32
 OTHER_HEAD_COUNTS = (3, 5, 6, 7, 12, 40)  # Baichuan2-13B has 40 heads, BLOOM-1b7 16, MPT-30B 56
 ALIBI_PATTERNS = ("left padding", "right padding", "one item fully padded")

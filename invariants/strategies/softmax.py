@@ -19,6 +19,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import InvalidArgument, check_float, check_int_range, check_order
 from invariants.strategies.core import GRID_MAX, byte_arrays, cached_strategy, grid_values, integers, mapped, sampled_from, scales
 
+__all__ = ["large_logits", "logits", "shifts", "targets"]
+
 ROW_PATTERNS = ("general", "uniform", "tied max", "dominant")
 DYADIC_STEP = 1 / 16  # dyadic logits are multiples of this ...
 DYADIC_LIMIT = 8.0  # ... in [-8, 8]: 8 significant bits at most, so exact in bfloat16

@@ -18,6 +18,8 @@ from invariants.strategies._validation import InvalidArgument, check_float, chec
 from invariants.strategies.core import cached_strategy, integers, sampled_from, seeds
 from invariants.strategies.decoder import ROPE_BASES
 
+__all__ = ["streaming_inputs"]
+
 MAX_SINKS = 4  # StreamingLLM keeps 4 initial tokens (§3.2, Table 2: 4 suffice, 1 or 2 do not)
 
 

@@ -9,6 +9,8 @@ from hypothesis.strategies import SearchStrategy
 from invariants.strategies._validation import check_int, check_int_range, check_order
 from invariants.strategies.core import byte_arrays, cached_strategy, integers, permutation_of, sampled_from
 
+__all__ = ["corpora", "token_streams", "window_lengths"]
+
 COURSE_ALPHABET = " .abcdefghijklmnopqrstuvwxyz"  # the course corpus's 28 characters
 TRICKY_CHARACTERS = "\n\t \u00a0e\u0301\u00e9\u00df\u4e2d\U0001f642"  # whitespace, a combining accent, é (one code point), ß, 中, an emoji
 
