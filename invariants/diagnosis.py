@@ -22,10 +22,11 @@ invariants failed (`said`): a refusal or an exception; errors no larger than flo
 run, or no larger than float16's; how many keys a query saw against its window, and whether any after its own
 position; which side of the diagonal
 the weights are zero on, and the axis they sum to one over; an answer that is the reference's hidden state
-without its final norm; the first position at which a decode disagrees with the full forward; a sliding
-window in every failing example; a wrong shape or NaN where the hint names neither. Where a figure names
-the cause, the line names that one cause and no other. The rules were written before measuring them on
-bugs they never saw (tests/heldout_bugs.py and tests/heldout_bugs_2.py: the figures are in docs).
+without its final norm; the first position at which a decode disagrees with the full forward; a norm's error that
+grows as a row's mean square nears eps (an eps bug, never float32 rounding); a sliding window in every failing
+example; a wrong shape or NaN where the hint names neither. Where a figure names the cause, the line names that
+one cause and no other. The rules were written before measuring them on bugs they never saw (tests/heldout_bugs.py,
+tests/heldout_bugs_2.py, tests/heldout_bugs_3.py: the figures are in docs).
 
 Every clue is read from a failure's figures as data (invariants.runner.measured_of: the violation's fields
 and what its law measured, a refusal, the windows of its calls), never from its words, which may quote what
@@ -85,6 +86,7 @@ GENERIC = 2.0  # what a comparison with the reference gives up to a failing law 
 FLOAT32_ROUNDING = 8 * float(np.finfo(np.float32).eps)  # 9.5e-7: a law with a larger tolerance that fails misses by more than float32 rounds
 FLOAT32_UNITS = 100  # an error of at most this many float32 roundings (of the expected values' scale) is float32 arithmetic's
 FLOAT16_UNITS = 8 * float(np.finfo(np.float16).eps / np.finfo(np.float32).eps)  # 8 float16 roundings, in float32 roundings
+EPS_GROWTH = 8  # an error of eps's making grows 2^5- to 2^10-fold from the eps probe's far mean square to its near one; rounding's, ~1
 SHOWS = {  # evidence -> a hint that names it (matches this) keeps its place in the likely-bug line; the suite's own hints, never a failure
     "refused": re.compile(r"refus|declare", re.I), "raised": re.compile(r"raise|error", re.I),
     "shape": re.compile(r"shape|reshape|transpose|view", re.I), "non-finite": re.compile(r"NaN|inf\b|finite|overflow", re.I),
@@ -234,9 +236,10 @@ def _within_float32_rounding(measured):
 
 
 def float32_sized(failures):
-    """Whether a float64 run's failures are float32 rounding: one measured its error of that size, and none is too large for it."""
+    """Whether a float64 run's failures are float32 rounding: one measured its error of that size, and none is too large for it
+    or grows as a norm's mean square nears eps, which rounding does not."""
     return any(_is_float32_sized(measured) for _, _, _, measured in failures) and all(
-        status == "failed" and _within_float32_rounding(measured) for _, status, _, measured in failures)
+        status == "failed" and _within_float32_rounding(measured) and not _eps_growth(measured) for _, status, _, measured in failures)
 
 
 def float16_sized(failures):
@@ -308,14 +311,41 @@ def _first_decode_position(m):
             f"{first}, in a decode step: a decode step's tokens are not at past_length + i")
 
 
-# a figure that names one cause, in order
-MEASURED_RULES = (_future_keys, _window_keys, _mask_side, _softmax_axis, _final_norm, _first_decode_position)
+def _eps_growth(m):
+    """How many times a norm's relative error grows from a mean square far from eps to one near it (invariants.laws.norms'
+    errors_far_from_and_near_eps: the far error counted as at least float32 rounding), when it grows EPS_GROWTH-fold or more."""
+    far, near = _number(m, "norm_error_far"), m.get("norm_error_near")
+    near = float(near) if near in ("nan", "inf") else _number(m, "norm_error_near")  # NaN near eps and not far from it: grown
+    if far is None or near is None:
+        return None
+    growth = math.inf if math.isnan(near) else near / max(far, FLOAT32_ROUNDING)
+    return growth if growth >= EPS_GROWTH else None
+
+
+def _eps_misplaced(m):
+    """A norm whose error grows as a row's mean square nears eps: eps is not where it belongs, which no rounding would show."""
+    growth = _eps_growth(m)
+    if growth is None:
+        return None
+    grown = "turns to NaN" if math.isinf(growth) else f"grows {growth:,.0f}-fold"
+    far, near = _number(m, "norm_error_far_at"), _number(m, "norm_error_near_at")  # the mean squares, in eps's, the law looked at
+    at = f" when a row's mean square is brought from {far:,g}·eps to {near:,g}·eps" if far and near else " as a row's mean square nears eps"
+    return f"eps is not inside the root as given (added outside it, squared, or dropped): the norm's error {grown}{at}, where rounding errs alike"
+
+
+# a figure that names one cause, in order; those of ROOT_RULES read only where no component below has failed (a block's norm
+# that errs like an eps bug above a failing rms_norm is that rms_norm's)
+MEASURED_RULES = (_future_keys, _window_keys, _mask_side, _softmax_axis, _final_norm, _first_decode_position, _eps_misplaced)
+ROOT_RULES = (_eps_misplaced,)
 
 
 def measured_cause(failures):
     """(invariant, cause) from the first failure (root components first) whose figures name one cause (MEASURED_RULES), else None."""
+    roots = root_failures({name for name, _, _, _ in failures})
     for rule in MEASURED_RULES:
         for name, _, _, measured in failures:
+            if rule in ROOT_RULES and name not in roots:
+                continue
             cause = rule(measured)
             if cause:
                 return name, cause

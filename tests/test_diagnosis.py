@@ -133,12 +133,13 @@ def test_the_held_out_outcomes_are_those_of_the_held_out_and_documented_bugs():
     each failure carries its figures (the runner's measured_of), which the likely-bug line reads."""
     from heldout_bugs import HELD_OUT, OUTCOMES
     from heldout_bugs_2 import HELD_OUT_2, OUTCOMES_2
+    from heldout_bugs_3 import HELD_OUT_3, OUTCOMES_3
 
     from invariants.mutants.documented import documented_mutants
 
-    first, second = json.loads(OUTCOMES.read_text()), json.loads(OUTCOMES_2.read_text())
-    assert set(first) == set(HELD_OUT) | {m.name for m in documented_mutants()} and set(second) == set(HELD_OUT_2)
-    assert all(len(row) == 4 and isinstance(row[3], dict) for rows in (*first.values(), *second.values()) for row in rows)
+    first, second, third = (json.loads(path.read_text()) for path in (OUTCOMES, OUTCOMES_2, OUTCOMES_3))
+    assert set(first) == set(HELD_OUT) | {m.name for m in documented_mutants()} and set(second) == set(HELD_OUT_2) and set(third) == set(HELD_OUT_3)
+    assert all(len(row) == 4 and isinstance(row[3], dict) for rows in (*first.values(), *second.values(), *third.values()) for row in rows)
 
 
 def test_the_likely_bug_line_names_bugs_its_hints_were_not_written_for():
@@ -148,9 +149,18 @@ def test_the_likely_bug_line_names_bugs_its_hints_were_not_written_for():
     from heldout_bugs import figures
 
     measured = figures()
-    assert measured["held_out"][0] >= 6 and measured["held_out_2"][0] >= 9, measured  # of 9 and of 13: the first cause named is the bug
-    assert measured["held_out"][2] <= 2.4 and measured["held_out_2"][2] <= 2.1, measured  # kinds of bug listed per line
+    assert measured["held_out"][0] >= 7 and measured["held_out_2"][0] >= 10, measured  # of 9 and of 13: the first cause named is the bug
+    # kinds of bug listed per line; set 2's rose from 2.08 to 2.15 when the agreement hints of the Llama block and model also
+    # named a float16 RMSNorm (0c95a09): two of its lines list that cause after the first
+    assert measured["held_out"][2] <= 2.4 and measured["held_out_2"][2] <= 2.2, measured
     assert measured["documented"][:2] >= (12, 22) and measured["documented_component"] >= (20, 22), measured
+
+
+def test_the_eps_and_precision_bugs_of_the_third_held_out_set_are_named_by_their_first_cause():
+    """tests/heldout_bugs_3.py, written before the rule that tells an eps bug from float32 rounding (issue 37): measured, not tuned back."""
+    from heldout_bugs_3 import figures_3
+
+    assert figures_3()[0] >= 3, figures_3()  # of 4: the LayerNorm eps bug of a GPT block is named by another hint
 
 
 def _line(outcomes):
@@ -197,6 +207,44 @@ def test_a_bug_that_needs_a_window_in_every_failing_example_is_named_a_window_bu
     assert "every failing example has a sliding window (window=1, 3)" in _line(laws)
     unwindowed = [laws[0], ("llama.block_agrees_with_reference", "failed", "", {"windows": [None]})]
     assert _line(unwindowed) == f"likely bug: llama.values_are_not_rotated: {REGISTRY['llama.values_are_not_rotated'].hint}"
+
+
+def _rms(x, eps, dtype=np.float64):
+    """RMSNorm of x's rows, computed in dtype."""
+    rows = x.astype(dtype)
+    return (rows / np.sqrt((rows * rows).mean(axis=-1, keepdims=True) + dtype(eps))).astype(np.float64)
+
+
+@pytest.mark.parametrize(("norm", "grows"), [
+    (lambda x, eps: x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + eps), True),  # tests/heldout_bugs.py's rms_eps_outside_root
+    (lambda x, eps: _rms(x, 0.0), True),  # eps dropped
+    (lambda x, eps: _rms(x, eps, np.float32), False),  # correct, in float32
+    (lambda x, eps: _rms(x, eps, np.float16), False),  # correct, in float16
+])
+def test_the_eps_probe_tells_a_misplaced_eps_from_rounding(norm, grows):
+    """An error of eps's making grows as a row's mean square nears eps; rounding's is the same at every power-of-two scale."""
+    from invariants.diagnosis import EPS_GROWTH, _eps_growth
+    from invariants.laws.norms import errors_far_from_and_near_eps
+
+    eps, rows = 1e-5, np.random.default_rng(0).normal(size=(3, 1, 8)) * [[[1.0]], [[3.0]], [[0.2]]]  # (B, 1, d)
+    figures = errors_far_from_and_near_eps(lambda x: (norm(x, eps), _rms(x, eps)), rows, eps)
+    assert bool(_eps_growth(figures)) == grows, figures
+    assert not grows or _eps_growth(figures) >= 4 * EPS_GROWTH, figures
+
+
+def test_a_norm_error_that_grows_near_eps_is_named_an_eps_bug_and_not_float32_rounding():
+    """heldout.rms_eps_outside_root's figures (tests/fixtures/heldout_outcomes.json): every error a few dozen float32 roundings,
+    which alone reads as float32 arithmetic; the block's norm, probed nearer eps, errs 1,000 times more."""
+    sized = {**CLOSE, "atol": 5e-10, "rtol": 1e-10, "float32_units": 33.7, "float32_sized": True}
+    seen_alone = {**CLOSE, "atol": 5.8e-06, "rtol": 8e-07, "float32_units": 25.6}
+    outcomes = [("llama.block_norm_seen_alone", "failed", "", seen_alone), ("llama.block_agrees_with_reference", "failed", "", sized)]
+    assert "float32 rounding size" in _line(outcomes)  # without the probe's figures
+    probed = {**seen_alone, "norm_error_far": 5e-6, "norm_error_near": 7e-3}
+    line = _line([("llama.block_norm_seen_alone", "failed", "", probed), outcomes[1]])
+    assert "eps is not inside the root" in line and "grows 1,400-fold" in line and "float32" not in line, line
+    assert "turns to NaN" in _line([("llama.block_norm_seen_alone", "failed", "", {**probed, "norm_error_near": "nan"}), outcomes[1]])
+    flat = {**seen_alone, "norm_error_far": 3e-8, "norm_error_near": 4e-8}  # rounding: no larger near eps
+    assert "float32 rounding size" in _line([("llama.block_norm_seen_alone", "failed", "", flat), outcomes[1]])
 
 
 def test_a_wrong_shape_or_nan_under_a_hint_about_neither_is_said_instead_of_the_hint():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from invariants.asserts import assert_close, assert_equal, assert_finite, assert_shape
+from invariants.asserts import InvariantViolation, assert_close, assert_equal, assert_finite, assert_shape
 from invariants.conventions import (
     PROTOCOL_EPS,
     Declared,
@@ -27,6 +27,7 @@ from invariants.conventions import (
 )
 from invariants.inputs import valid_inputs
 from invariants.laws.reference_check import assert_agrees_with_reference
+from invariants.protocol import ImplementationError
 from invariants.registry import invariant
 from invariants.strategies.core import integers
 from invariants.strategies.norms import LARGEST_ROW_STD, gains_and_biases, norm_rows, scale_factors
@@ -96,6 +97,31 @@ def _layer_norm(impl, x, g, b, eps, call):
 def _rms_norm(impl, x, g, eps, call):
     """impl.rms_norm(x, g, eps), checked to have x's shape."""
     return assert_shape(impl.rms_norm(x, g, eps), x.shape, "rms_norm output", call)
+
+
+FAR_FROM_EPS, NEAR_EPS = 2**16, 2**6  # the mean squares, in eps's, at which errors_far_from_and_near_eps looks
+
+
+def errors_far_from_and_near_eps(rerun, rows, eps):
+    """{"norm_error_far", "norm_error_near", and the mean squares they were taken at, in eps's}: a failing norm's largest error
+    relative to its answers' largest, again with each nonzero
+    row (..., d) times a power of two (exact in every float format) that brings its mean square to about FAR_FROM_EPS·eps, then
+    NEAR_EPS·eps; rerun(rows) -> (got, expected). Rounding errs alike at both (relative, scale-free); an error of eps's making
+    (eps outside the root, squared, dropped: about eps/√ms or eps/ms) is 2^5 to 2^10 times larger near eps. No figures where eps
+    is 0 or a rerun raises."""
+    if eps <= 0:
+        return {}
+    mean_square = np.square(np.asarray(rows, dtype=np.float64)).mean(axis=-1, keepdims=True)  # (..., 1)
+    figures = {"norm_error_far_at": FAR_FROM_EPS, "norm_error_near_at": NEAR_EPS}
+    for name, multiple in (("norm_error_far", FAR_FROM_EPS), ("norm_error_near", NEAR_EPS)):
+        power = np.round(0.5 * np.log2(multiple * eps / np.where(mean_square > 0, mean_square, multiple * eps)))  # 0 for a zero row
+        try:
+            got, expected = (np.asarray(a, dtype=np.float64) for a in rerun(rows * 2.0**power))
+        except (ImplementationError, InvariantViolation):  # a refusal or a wrong shape: the failure stands without the figures
+            return {}
+        with np.errstate(invalid="ignore"):
+            figures[name] = float(np.abs(got - expected).max() / max(np.abs(expected).max(), np.finfo(np.float64).tiny))
+    return figures
 
 
 @invariant(
