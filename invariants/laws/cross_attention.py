@@ -156,8 +156,9 @@ _OUTPUTS = ("W_o", "Wc_o", "W2", "b2")  # what the three sublayers' outputs are 
 
 
 def _block_case(impl, case, *, min_seq=1, min_memory=1):
+    # x's rows past 256 in float16 runs (loud_rows); the label is the draw's, the same in every dtype (fixtures replay by it)
     inputs = case.draw(loud_rows(cross_inputs(min_seq=min_seq, min_memory=min_memory), impl.dtype, part="x"),
-                       "x (past 256 in float16), memory and n_heads (the W's unused)")
+                       "x, memory and n_heads (the W's unused)")
     d = inputs["x"].shape[-1]
     params = case.draw(biases_as_declared(impl, decoder_block_params(d, d_ff=d_ff_for(impl, d))), "params")
     return inputs["x"], inputs["memory"], params, inputs["n_heads"]

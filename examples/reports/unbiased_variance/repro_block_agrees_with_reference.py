@@ -24,7 +24,7 @@ CALLS = [  # (function, arguments, what the suite got back)
 ]
 EXPECTED = ('block output (held to the tanh-form GELU, the closer one: either form passes, one form for the whole call)[0, 0, 0] should be finite',)  # what the suite expected, in its own words
 VIOLATION = 'block output (held to the tanh-form GELU, the closer one: either form passes, one form for the whole call)[0, 0, 0]=nan, but should be finite [transformer_block(x, params, n_heads=1, causal=False)]\n  1 of 1 elements are not finite'
-HINT = "the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM)"
+HINT = "the block differs from GPT-2's: pre-norm, attention then feed-forward in sequence (the FFN reads x + attn, not x: no parallel sublayers), the attention biases used when given (where ATTENTION_BIASES = True is declared), LayerNorm eps 1e-5 (or the declared LAYER_NORM_EPS), one GELU form throughout (the declared GELU_FORM); or LayerNorm's variance in float16 (inf past 256)"
 
 
 def default_target():
