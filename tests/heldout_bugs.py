@@ -37,7 +37,7 @@ def held_out(slug, function, *, replaces, bug, cause):
     HELD_OUT[f"heldout.{slug}"] = HeldOut(f"heldout.{slug}", bug, "", "numpy", replaces, function, cause=cause)
 
 
-def _block_with_norm(norm):
+def llama_block_with_norm(norm):
     """The reference's llama_block_step with its two RMSNorms computed by `norm(x, gain, eps)`."""
 
     def step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=ref.EPS):
@@ -68,13 +68,13 @@ def _float32_norm(x, gain, eps):
     return (x32 / np.sqrt((x32 * x32).mean(axis=-1, keepdims=True) + np.float32(eps))).astype(x.dtype) * gain
 
 
-held_out("rms_eps_outside_root", _block_with_norm(_eps_outside_root), replaces="llama_block_step",
+held_out("rms_eps_outside_root", llama_block_with_norm(_eps_outside_root), replaces="llama_block_step",
          bug="the block's RMSNorm adds eps outside the root: x / (√ms + eps)", cause="norm")
-held_out("rms_one_plus_gain", _block_with_norm(_one_plus_gain), replaces="llama_block_step",
+held_out("rms_one_plus_gain", llama_block_with_norm(_one_plus_gain), replaces="llama_block_step",
          bug="the block's RMSNorm scales by (1 + gain)", cause="norm")
-held_out("rms_centred", _block_with_norm(_centred), replaces="llama_block_step",
+held_out("rms_centred", llama_block_with_norm(_centred), replaces="llama_block_step",
          bug="the block's RMSNorm centres the row (a LayerNorm without bias)", cause="norm")
-held_out("rms_in_float32", _block_with_norm(_float32_norm), replaces="llama_block_step",
+held_out("rms_in_float32", llama_block_with_norm(_float32_norm), replaces="llama_block_step",
          bug="the block computes RMSNorm in float32 (correct code, float64 run)", cause="float32")
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from heldout_bugs import HeldOut, first_cause_figures, outcomes_of
+from heldout_bugs import HeldOut, first_cause_figures, llama_block_with_norm, outcomes_of
 
 import invariants.reference.numpy as ref
 
@@ -24,19 +24,6 @@ OUTCOMES_3 = Path(__file__).parent / "fixtures" / "heldout_outcomes_3.json"  # p
 def held_out(slug, function, *, replaces, bug, cause):
     """Register `function` as the held-out bug heldout3.<slug>."""
     HELD_OUT_3[f"heldout3.{slug}"] = HeldOut(f"heldout3.{slug}", bug, "", "numpy", replaces, function, cause=cause)
-
-
-def _llama_block_with_norm(norm):
-    """The reference's llama_block_step with its two RMSNorms computed by `norm(x, gain, eps)`."""
-
-    def step(x, params, n_heads, n_kv_heads, rope_base, window, positions, cache=None, *, pairing="half_split", eps=ref.EPS):
-        p = params
-        attended, cache = ref.llama_attention(norm(x, p["attn_norm"], eps), p, n_heads, n_kv_heads, positions, rope_base, window, cache,
-                                              pairing=pairing)
-        h = x + attended
-        return h + ref.swiglu(norm(h, p["ffn_norm"], eps), p["W_gate"], p["W_up"], p["W_down"]), cache
-
-    return step
 
 
 def _gpt_block_with_norm(norm):
@@ -71,9 +58,9 @@ def _layer_norm_in_float32(x, gain, bias, eps):
     return ref.layer_norm(x.astype(np.float32), gain.astype(np.float32), bias.astype(np.float32), np.float32(eps)).astype(x.dtype)
 
 
-held_out("rms_eps_squared", _llama_block_with_norm(_rms_eps_squared), replaces="llama_block_step",
+held_out("rms_eps_squared", llama_block_with_norm(_rms_eps_squared), replaces="llama_block_step",
          bug="the block's RMSNorm adds eps² inside the root, not eps (x / √(ms + eps²))", cause="eps")
-held_out("rms_mean_square_in_float16", _llama_block_with_norm(_rms_mean_square_in_float16), replaces="llama_block_step",
+held_out("rms_mean_square_in_float16", llama_block_with_norm(_rms_mean_square_in_float16), replaces="llama_block_step",
          bug="the block's RMSNorm sums the squares in float16", cause="precision")
 held_out("layer_norm_eps_outside_root", _gpt_block_with_norm(_layer_norm_eps_outside_root), replaces="transformer_block",
          bug="the GPT block's LayerNorm adds eps outside the root: (x - μ) / (σ + eps)", cause="eps")
